@@ -1,0 +1,480 @@
+// Package schema is servescope's event contract, version 1.
+//
+// Every record that moves through servescope is one JSON event in one NATS message. The gateway
+// publishes request.started and request.finished, applications publish app.record, and the
+// collector publishes engine.sample, engine.span and engine.log. The consumer decodes each message
+// with [Decode] and writes it into the ClickHouse table of its kind.
+//
+// Conventions shared by every event:
+//   - `schema` names the kind and version, e.g. "request.finished/v1"; an unknown version is refused.
+//   - `event_id` is a KSUID and is also the message's Nats-Msg-Id, so JetStream drops a retried
+//     publish within its duplicate window and the ClickHouse tables de-duplicate on it.
+//   - `request_id` joins the layers: a KSUID for gateway-born requests, or the caller's X-Request-Id
+//     exactly as given.
+//   - `ts` is RFC 3339 in UTC with nanoseconds.
+//   - Durations are seconds as float64 with `_s` in the name; token counts are integers.
+//   - Unknown is absent (null), never 0: optional numbers are pointers.
+//
+// Applications in Go import this package to build and validate app.record events; other languages
+// use the JSON Schema files under schema/jsonschema, generated from these types.
+package schema
+
+import (
+	"time"
+
+	"github.com/segmentio/ksuid"
+)
+
+// Version is the schema version carried by every event of this package.
+const Version = "v1"
+
+// Kind names an event type; it is the last part of the event's subject.
+type Kind string
+
+// The six event kinds of schema v1.
+const (
+	KindRequestStarted  Kind = "request.started"
+	KindRequestFinished Kind = "request.finished"
+	KindAppRecord       Kind = "app.record"
+	KindEngineSample    Kind = "engine.sample"
+	KindEngineSpan      Kind = "engine.span"
+	KindEngineLog       Kind = "engine.log"
+)
+
+// Kinds lists every kind of schema v1, in pipeline order.
+func Kinds() []Kind {
+	return []Kind{KindRequestStarted, KindRequestFinished, KindAppRecord, KindEngineSample, KindEngineSpan, KindEngineLog}
+}
+
+// SchemaID is the value of the `schema` field for events of kind k, e.g. "app.record/v1".
+func (k Kind) SchemaID() string { return string(k) + "/" + Version }
+
+// Valid reports whether k is one of the kinds of schema v1.
+func (k Kind) Valid() bool {
+	for _, v := range Kinds() {
+		if k == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Header is the part every event shares. It is embedded in each event type, so its fields appear
+// at the top level of the JSON object.
+type Header struct {
+	// Schema is the kind and version, e.g. "request.finished/v1".
+	Schema string `json:"schema" jsonschema:"required"`
+	// EventID is a KSUID unique to this event; it is the NATS message's Nats-Msg-Id.
+	EventID string `json:"event_id" jsonschema:"required,maxLength=128"`
+	// RequestID identifies the user request the event belongs to. Required for request.*,
+	// app.record and engine.span; empty for engine.sample and usually for engine.log.
+	RequestID string `json:"request_id,omitempty" jsonschema:"maxLength=128"`
+	// TS is when the event happened (RFC 3339, UTC, nanoseconds).
+	TS time.Time `json:"ts" jsonschema:"required"`
+}
+
+// Head returns the shared header; it lets code handle any event generically.
+func (h *Header) Head() *Header { return h }
+
+// Event is implemented by the six event types of this package (as pointers).
+type Event interface {
+	// Kind is the event's kind.
+	Kind() Kind
+	// Head returns the shared header fields.
+	Head() *Header
+	// Validate checks the event as of now; see [ValidateAt].
+	Validate() error
+	// ValidateAt checks the event as of now: required fields, ranges, UTF-8, sizes and the
+	// schema version. It returns a [ValidationErrors] naming each bad field.
+	ValidateAt(now time.Time) error
+}
+
+// NewEventID returns a new KSUID string for an event_id.
+func NewEventID() string { return ksuid.New().String() }
+
+// NewRequestID returns a new KSUID string for a gateway-born request_id.
+func NewRequestID() string { return ksuid.New().String() }
+
+// newHeader fills a header for kind k at time ts (converted to UTC).
+func newHeader(k Kind, requestID string, ts time.Time) Header {
+	return Header{Schema: k.SchemaID(), EventID: NewEventID(), RequestID: requestID, TS: ts.UTC()}
+}
+
+// Versions says which system served a request: two requests with equal versions ran on the same
+// system. Values are free-form labels set by the operator (e.g. "prompt-v12", a git SHA).
+type Versions struct {
+	// App is the application or service name (header X-Servescope-App).
+	App string `json:"app,omitempty" jsonschema:"maxLength=256"`
+	// PromptVersion is the prompt template's version (X-Servescope-Prompt-Version).
+	PromptVersion string `json:"prompt_version,omitempty" jsonschema:"maxLength=256"`
+	// ConfigVersion is the serving or application configuration's version (X-Servescope-Config-Version).
+	ConfigVersion string `json:"config_version,omitempty" jsonschema:"maxLength=256"`
+	// IndexVersion is the retrieval index (vector store) version (X-Servescope-Index-Version).
+	IndexVersion string `json:"index_version,omitempty" jsonschema:"maxLength=256"`
+	// EmbeddingModelVersion is the query-side embedding model version (X-Servescope-Embedding-Model).
+	EmbeddingModelVersion string `json:"embedding_model_version,omitempty" jsonschema:"maxLength=256"`
+}
+
+// Error layers: which layer of the stack failed.
+const (
+	LayerGateway   = "gateway"   // the gateway itself (bad request body it could not parse, internal failure)
+	LayerUpstream  = "upstream"  // the engine answered an error, was unreachable, or broke the stream
+	LayerClient    = "client"    // the client went away (status 499)
+	LayerApp       = "app"       // the application (retrieval, tool call, post-processing)
+	LayerRetrieval = "retrieval" // the application's retrieval step specifically
+)
+
+// OutputCheck is the result of checking a generated answer's content.
+type OutputCheck struct {
+	// OutputForeignChars counts letters outside the allowed Unicode scripts (default Latin, plus
+	// Common and Inherited) in the generated text.
+	OutputForeignChars *uint32 `json:"output_foreign_chars,omitempty"`
+	// OutputScriptViolation is true when OutputForeignChars > 0.
+	OutputScriptViolation *bool `json:"output_script_violation,omitempty"`
+}
+
+// RequestStarted is published by the gateway when a request arrives, before it is forwarded.
+// Together with RequestFinished it gives requests in flight (started, not finished).
+type RequestStarted struct {
+	Header
+	Versions
+	// ArrivalTS is when the gateway received the request (RFC 3339, UTC).
+	ArrivalTS time.Time `json:"arrival_ts" jsonschema:"required"`
+	// Model is the model the client asked for (OpenAI `model`).
+	Model string `json:"model,omitempty" jsonschema:"maxLength=256"`
+	// Endpoint is the request path, e.g. "/v1/chat/completions".
+	Endpoint string `json:"endpoint" jsonschema:"required,maxLength=256"`
+	// Stream is the OpenAI `stream` flag.
+	Stream bool `json:"stream"`
+	// MaxTokens is the requested `max_tokens` / `max_completion_tokens`; absent when not set.
+	MaxTokens *uint32 `json:"max_tokens,omitempty"`
+	// PromptBytes is the size of the prompt text (all messages' content) in bytes, as received.
+	PromptBytes *uint32 `json:"prompt_bytes,omitempty"`
+	// TraceID is the W3C trace id (32 hex) forwarded to the engine in traceparent.
+	TraceID string `json:"trace_id,omitempty" jsonschema:"maxLength=32"`
+	// Gateway is the gateway instance that saw the request.
+	Gateway string `json:"gateway,omitempty" jsonschema:"maxLength=256"`
+}
+
+// Kind implements Event.
+func (*RequestStarted) Kind() Kind { return KindRequestStarted }
+
+// NewRequestStarted returns a request.started event with schema and event_id set.
+func NewRequestStarted(requestID string, arrival time.Time) *RequestStarted {
+	return &RequestStarted{Header: newHeader(KindRequestStarted, requestID, arrival), ArrivalTS: arrival.UTC()}
+}
+
+// RequestFinished is published by the gateway when a request ends, successfully or not.
+type RequestFinished struct {
+	Header
+	Versions
+	OutputCheck
+	// ArrivalTS is when the gateway received the request (RFC 3339, UTC).
+	ArrivalTS time.Time `json:"arrival_ts" jsonschema:"required"`
+	// FinishedTS is when the gateway sent the last byte to the client or saw the failure.
+	FinishedTS time.Time `json:"finished_ts" jsonschema:"required"`
+	// Model is the model the engine served (response `model`), or the requested one when the
+	// engine gave none.
+	Model string `json:"model,omitempty" jsonschema:"maxLength=256"`
+	// Endpoint is the request path, e.g. "/v1/chat/completions".
+	Endpoint string `json:"endpoint" jsonschema:"required,maxLength=256"`
+	// Stream is the OpenAI `stream` flag.
+	Stream bool `json:"stream"`
+	// StatusCode is the HTTP status the client received (499 when the client went away first).
+	StatusCode uint16 `json:"status_code" jsonschema:"required,minimum=100,maximum=599"`
+	// ErrorLayer is the layer that failed (see the Layer constants); empty on success.
+	ErrorLayer string `json:"error_layer,omitempty" jsonschema:"enum=,enum=gateway,enum=upstream,enum=client,enum=app,enum=retrieval"`
+	// ErrorCode is the error's type or code, e.g. "BadRequestError", "connection_refused".
+	ErrorCode string `json:"error_code,omitempty" jsonschema:"maxLength=256"`
+	// ErrorMessage is the error text (truncated to 8 KiB).
+	ErrorMessage string `json:"error_message,omitempty" jsonschema:"maxLength=8192"`
+	// TTFTS is the time to first token: seconds, measured at the gateway from request arrival to
+	// the first chunk with non-empty content (not the role-only first chunk).
+	TTFTS *float64 `json:"ttft_s,omitempty" jsonschema:"minimum=0"`
+	// TPOTS is the mean time per output token after the first: seconds, measured at the gateway
+	// as (last content chunk time − first content chunk time) ÷ (completion tokens − 1).
+	TPOTS *float64 `json:"tpot_s,omitempty" jsonschema:"minimum=0"`
+	// E2ES is the end-to-end latency: seconds from arrival to the last byte sent to the client.
+	E2ES *float64 `json:"e2e_s,omitempty" jsonschema:"minimum=0"`
+	// QueueS is the engine's queue wait in seconds (vLLM per-request metrics `queue_time_ms`).
+	QueueS *float64 `json:"queue_s,omitempty" jsonschema:"minimum=0"`
+	// PrefillS is the engine's prefill time in seconds, when the engine reports it.
+	PrefillS *float64 `json:"prefill_s,omitempty" jsonschema:"minimum=0"`
+	// DecodeS is the engine's generation (decode) time in seconds (vLLM `generation_time_ms`).
+	DecodeS *float64 `json:"decode_s,omitempty" jsonschema:"minimum=0"`
+	// EngineTTFTS is the engine's own time to first token in seconds (vLLM `time_to_first_token_ms`).
+	EngineTTFTS *float64 `json:"engine_ttft_s,omitempty" jsonschema:"minimum=0"`
+	// EngineITLS is the engine's mean inter-token latency in seconds (vLLM `mean_itl_ms`).
+	EngineITLS *float64 `json:"engine_itl_s,omitempty" jsonschema:"minimum=0"`
+	// PromptTokens is usage.prompt_tokens (OTel gen_ai.usage.input_tokens).
+	PromptTokens *uint32 `json:"prompt_tokens,omitempty"`
+	// CompletionTokens is usage.completion_tokens (OTel gen_ai.usage.output_tokens).
+	CompletionTokens *uint32 `json:"completion_tokens,omitempty"`
+	// CachedTokens is usage.prompt_tokens_details.cached_tokens (prefix-cache hits).
+	CachedTokens *uint32 `json:"cached_tokens,omitempty"`
+	// TokensEstimated is true when the engine gave no usage and the gateway estimated the counts
+	// (completion tokens from the number of content chunks).
+	TokensEstimated bool `json:"tokens_estimated,omitempty"`
+	// FinishReason is OpenAI's finish_reason of the first choice: "stop", "length", ...
+	FinishReason string `json:"finish_reason,omitempty" jsonschema:"maxLength=64"`
+	// MaxTokens is the requested max_tokens; absent when not set.
+	MaxTokens *uint32 `json:"max_tokens,omitempty"`
+	// TraceID is the W3C trace id (32 hex) forwarded to the engine.
+	TraceID string `json:"trace_id,omitempty" jsonschema:"maxLength=32"`
+	// Upstream is the engine base URL the request went to.
+	Upstream string `json:"upstream,omitempty" jsonschema:"maxLength=1024"`
+	// Gateway is the gateway instance that saw the request.
+	Gateway string `json:"gateway,omitempty" jsonschema:"maxLength=256"`
+	// PromptText is the prompt, only when content capture is on; redacted and truncated.
+	PromptText string `json:"prompt_text,omitempty" jsonschema:"maxLength=262144"`
+	// OutputText is the generated text, only when content capture is on; redacted and truncated.
+	OutputText string `json:"output_text,omitempty" jsonschema:"maxLength=262144"`
+}
+
+// Kind implements Event.
+func (*RequestFinished) Kind() Kind { return KindRequestFinished }
+
+// NewRequestFinished returns a request.finished event with schema and event_id set; ts is finished.
+func NewRequestFinished(requestID string, arrival, finished time.Time) *RequestFinished {
+	return &RequestFinished{
+		Header:    newHeader(KindRequestFinished, requestID, finished),
+		ArrivalTS: arrival.UTC(), FinishedTS: finished.UTC(),
+	}
+}
+
+// Passage is one retrieved passage.
+type Passage struct {
+	// ID identifies the passage in the index.
+	ID string `json:"id" jsonschema:"required,maxLength=512"`
+	// Score is the retrieval similarity score (e.g. cosine similarity), higher is closer.
+	Score float64 `json:"score"`
+	// Source is an optional document name or URL.
+	Source string `json:"source,omitempty" jsonschema:"maxLength=1024"`
+}
+
+// AppRecord is published by an application (directly to NATS, through the gateway's HTTP ingest, or
+// with a Go publisher) once per user request. It carries what only the application knows:
+// retrieval, cache, versions and output checks — the fields no engine metric provides.
+type AppRecord struct {
+	Header
+	Versions
+	OutputCheck
+	// Model is the model the application asked for.
+	Model string `json:"model,omitempty" jsonschema:"maxLength=256"`
+	// Passages are the retrieved passages in rank order.
+	Passages []Passage `json:"passages,omitempty" jsonschema:"maxItems=1000"`
+	// RetrievalTopScore is the score of the top passage; absent when nothing was retrieved.
+	RetrievalTopScore *float64 `json:"retrieval_top_score,omitempty"`
+	// RetrievalS is the time the retrieval step took, in seconds.
+	RetrievalS *float64 `json:"retrieval_s,omitempty" jsonschema:"minimum=0"`
+	// CacheHit says whether the answer came from a cache; absent when the application has none.
+	CacheHit *bool `json:"cache_hit,omitempty"`
+	// CacheKind names the cache: "exact", "semantic", "prefix", ...
+	CacheKind string `json:"cache_kind,omitempty" jsonschema:"maxLength=64"`
+	// CitationCount is the number of citations found in the answer.
+	CitationCount *uint32 `json:"citation_count,omitempty"`
+	// CitationsMissing is true when the answer should cite passages and cites none.
+	CitationsMissing *bool `json:"citations_missing,omitempty"`
+	// ErrorLayer is the layer that failed in the application ("app", "retrieval", ...).
+	ErrorLayer string `json:"error_layer,omitempty" jsonschema:"maxLength=64"`
+	// ErrorMessage is the application's error text (truncated to 8 KiB).
+	ErrorMessage string `json:"error_message,omitempty" jsonschema:"maxLength=8192"`
+}
+
+// Kind implements Event.
+func (*AppRecord) Kind() Kind { return KindAppRecord }
+
+// NewAppRecord returns an app.record event with schema and event_id set.
+func NewAppRecord(requestID, app string, ts time.Time) *AppRecord {
+	r := &AppRecord{Header: newHeader(KindAppRecord, requestID, ts)}
+	r.App = app
+	return r
+}
+
+// SetPassages sets Passages and RetrievalTopScore (the highest score) together.
+func (r *AppRecord) SetPassages(p []Passage) {
+	r.Passages = p
+	r.RetrievalTopScore = nil
+	for i := range p {
+		if r.RetrievalTopScore == nil || p[i].Score > *r.RetrievalTopScore {
+			s := p[i].Score
+			r.RetrievalTopScore = &s
+		}
+	}
+}
+
+// Histogram is one Prometheus histogram as read in one scrape: cumulative since the engine started.
+type Histogram struct {
+	// Sum is the sum of observed values (seconds or tokens, as the metric's name says).
+	Sum float64 `json:"sum"`
+	// Count is the number of observations.
+	Count float64 `json:"count"`
+	// Buckets are the cumulative bucket counts by upper bound, +Inf last.
+	Buckets []Bucket `json:"buckets,omitempty" jsonschema:"maxItems=200"`
+}
+
+// Bucket is one cumulative histogram bucket.
+type Bucket struct {
+	// LE is the bucket's upper bound ("le"); +Inf is encoded as the JSON string "+Inf".
+	LE FloatOrInf `json:"le"`
+	// Count is the cumulative count of observations ≤ LE.
+	Count float64 `json:"count"`
+}
+
+// EngineSample is one scrape of an engine's Prometheus /metrics, published by the collector.
+// Gauges are instantaneous; counters and histograms are cumulative since the engine started
+// (take differences between two samples to get a window's values; a drop means a restart).
+type EngineSample struct {
+	Header
+	// Engine names the scrape target (by default its /metrics URL).
+	Engine string `json:"engine" jsonschema:"required,maxLength=1024"`
+	// Model is the served model (label model_name).
+	Model string `json:"model,omitempty" jsonschema:"maxLength=256"`
+	// Up is false when the scrape failed; then ScrapeError says why and the metrics are absent.
+	Up bool `json:"up"`
+	// ScrapeError is the failure of a failed scrape.
+	ScrapeError string `json:"scrape_error,omitempty" jsonschema:"maxLength=8192"`
+	// ScrapeDurationS is how long the scrape took, in seconds.
+	ScrapeDurationS *float64 `json:"scrape_duration_s,omitempty" jsonschema:"minimum=0"`
+	// NumRequestsRunning is vllm:num_requests_running (sequences in the running batch).
+	NumRequestsRunning *float64 `json:"num_requests_running,omitempty" jsonschema:"minimum=0"`
+	// NumRequestsWaiting is vllm:num_requests_waiting (requests queued for a slot).
+	NumRequestsWaiting *float64 `json:"num_requests_waiting,omitempty" jsonschema:"minimum=0"`
+	// KVCacheUsagePerc is vllm:kv_cache_usage_perc (older: gpu_cache_usage_perc), a fraction 0..1
+	// despite the name, as vLLM reports it.
+	KVCacheUsagePerc *float64 `json:"kv_cache_usage_perc,omitempty" jsonschema:"minimum=0"`
+	// Gauges holds the other gauges by vLLM V1 name without the "vllm:" prefix.
+	Gauges map[string]float64 `json:"gauges,omitempty"`
+	// Counters holds counters by vLLM V1 name without the "vllm:" prefix; a counter with a
+	// distinguishing label is keyed name{label="value"}, e.g. request_success_total{finished_reason="length"}.
+	Counters map[string]float64 `json:"counters,omitempty"`
+	// Histograms holds histograms by vLLM V1 name without the prefix, e.g. "time_to_first_token_seconds".
+	Histograms map[string]Histogram `json:"histograms,omitempty"`
+}
+
+// Kind implements Event.
+func (*EngineSample) Kind() Kind { return KindEngineSample }
+
+// NewEngineSample returns an engine.sample event with schema and event_id set.
+func NewEngineSample(engine string, ts time.Time) *EngineSample {
+	return &EngineSample{Header: newHeader(KindEngineSample, "", ts), Engine: engine}
+}
+
+// EngineSpan is the engine's own per-request timing, from vLLM's OTLP `llm_request` span.
+type EngineSpan struct {
+	Header
+	// EngineRequestID is the engine's id as the span carries it (gen_ai.request.id, e.g.
+	// "chatcmpl-<id>"); RequestID is the same id with vLLM's prefix removed, matching the gateway's.
+	EngineRequestID string `json:"engine_request_id,omitempty" jsonschema:"maxLength=256"`
+	// TraceID and SpanID are the span's W3C ids in hex.
+	TraceID string `json:"trace_id,omitempty" jsonschema:"maxLength=32"`
+	SpanID  string `json:"span_id,omitempty" jsonschema:"maxLength=16"`
+	// Engine names the engine (the span's service.name resource attribute).
+	Engine string `json:"engine,omitempty" jsonschema:"maxLength=1024"`
+	// Model is gen_ai.response.model or gen_ai.request.model.
+	Model string `json:"model,omitempty" jsonschema:"maxLength=256"`
+	// StartTS is the span start (the engine's request arrival).
+	StartTS time.Time `json:"start_ts"`
+	// QueueS is gen_ai.latency.time_in_queue, seconds.
+	QueueS *float64 `json:"queue_s,omitempty" jsonschema:"minimum=0"`
+	// PrefillS is gen_ai.latency.time_in_model_prefill, seconds.
+	PrefillS *float64 `json:"prefill_s,omitempty" jsonschema:"minimum=0"`
+	// DecodeS is gen_ai.latency.time_in_model_decode, seconds.
+	DecodeS *float64 `json:"decode_s,omitempty" jsonschema:"minimum=0"`
+	// InferenceS is gen_ai.latency.time_in_model_inference, seconds.
+	InferenceS *float64 `json:"inference_s,omitempty" jsonschema:"minimum=0"`
+	// TTFTS is gen_ai.latency.time_to_first_token, seconds.
+	TTFTS *float64 `json:"ttft_s,omitempty" jsonschema:"minimum=0"`
+	// E2ES is gen_ai.latency.e2e, seconds.
+	E2ES *float64 `json:"e2e_s,omitempty" jsonschema:"minimum=0"`
+	// PromptTokens is gen_ai.usage.prompt_tokens (input tokens).
+	PromptTokens *uint32 `json:"prompt_tokens,omitempty"`
+	// CompletionTokens is gen_ai.usage.completion_tokens (output tokens).
+	CompletionTokens *uint32 `json:"completion_tokens,omitempty"`
+	// MaxTokens, Temperature, TopP and N are the request parameters the span carries when set.
+	MaxTokens   *uint32  `json:"max_tokens,omitempty"`
+	Temperature *float64 `json:"temperature,omitempty"`
+	TopP        *float64 `json:"top_p,omitempty"`
+	N           *uint32  `json:"n,omitempty"`
+}
+
+// Kind implements Event.
+func (*EngineSpan) Kind() Kind { return KindEngineSpan }
+
+// NewEngineSpan returns an engine.span event with schema and event_id set; ts is the span's end.
+func NewEngineSpan(requestID string, end time.Time) *EngineSpan {
+	return &EngineSpan{Header: newHeader(KindEngineSpan, requestID, end)}
+}
+
+// EngineLog is one line of the engine's log, shipped by the collector so the log outlives the
+// engine. Periodic stats lines and error lines are parsed into the optional fields.
+type EngineLog struct {
+	Header
+	// Engine names the log's source engine.
+	Engine string `json:"engine" jsonschema:"required,maxLength=1024"`
+	// Source is the file path the line came from, or "-" for standard input.
+	Source string `json:"source,omitempty" jsonschema:"maxLength=1024"`
+	// Offset is the line's byte offset in Source (with TS and Engine, it makes the line unique).
+	Offset *uint64 `json:"offset,omitempty"`
+	// Line is the raw line (truncated to 16 KiB).
+	Line string `json:"line" jsonschema:"required,maxLength=16384"`
+	// Level is the log level: DEBUG, INFO, WARNING, ERROR, CRITICAL; empty when the line has none.
+	Level string `json:"level,omitempty" jsonschema:"maxLength=16"`
+	// Process is vLLM's process prefix, e.g. "APIServer pid=1" or "EngineCore_DP0 pid=233".
+	Process string `json:"process,omitempty" jsonschema:"maxLength=256"`
+	// Logger is the file:line the line names, e.g. "loggers.py:123".
+	Logger string `json:"logger,omitempty" jsonschema:"maxLength=256"`
+	// Message is the line without its prefix.
+	Message string `json:"message,omitempty" jsonschema:"maxLength=16384"`
+	// Stats fields, from vLLM's periodic stats line.
+	PromptThroughputTPS     *float64 `json:"prompt_throughput_tps,omitempty" jsonschema:"minimum=0"`
+	GenerationThroughputTPS *float64 `json:"generation_throughput_tps,omitempty" jsonschema:"minimum=0"`
+	Running                 *uint32  `json:"running,omitempty"`
+	Waiting                 *uint32  `json:"waiting,omitempty"`
+	// KVCacheUsagePerc is the printed "GPU KV cache usage" as a fraction 0..1 (15.9% → 0.159).
+	KVCacheUsagePerc *float64 `json:"kv_cache_usage_perc,omitempty" jsonschema:"minimum=0"`
+	// PrefixCacheHitRate is the printed prefix cache hit rate as a fraction 0..1.
+	PrefixCacheHitRate *float64 `json:"prefix_cache_hit_rate,omitempty" jsonschema:"minimum=0"`
+	// ExceptionType is the exception of an error line, e.g. "torch.OutOfMemoryError".
+	ExceptionType string `json:"exception_type,omitempty" jsonschema:"maxLength=256"`
+	// OOMBytesRequested, OOMTotalCapacityBytes and OOMFreeBytes are read from a CUDA
+	// out-of-memory message ("Tried to allocate 112.00 MiB. GPU 0 has a total capacity of
+	// 11.63 GiB of which 84.88 MiB is free"), in bytes.
+	OOMBytesRequested     *uint64 `json:"oom_bytes_requested,omitempty"`
+	OOMTotalCapacityBytes *uint64 `json:"oom_total_capacity_bytes,omitempty"`
+	OOMFreeBytes          *uint64 `json:"oom_free_bytes,omitempty"`
+	// Frames are the innermost project frames of the traceback that ended in this line,
+	// innermost last, e.g. "vllm/v1/sample/sampler.py:apply_penalties".
+	Frames []string `json:"frames,omitempty" jsonschema:"maxItems=64"`
+}
+
+// Kind implements Event.
+func (*EngineLog) Kind() Kind { return KindEngineLog }
+
+// NewEngineLog returns an engine.log event with schema and event_id set.
+func NewEngineLog(engine, line string, ts time.Time) *EngineLog {
+	return &EngineLog{Header: newHeader(KindEngineLog, "", ts), Engine: engine, Line: line}
+}
+
+// New returns a zero event of kind k (with only Schema set), for decoding; nil for an unknown kind.
+func New(k Kind) Event {
+	var e Event
+	switch k {
+	case KindRequestStarted:
+		e = &RequestStarted{}
+	case KindRequestFinished:
+		e = &RequestFinished{}
+	case KindAppRecord:
+		e = &AppRecord{}
+	case KindEngineSample:
+		e = &EngineSample{}
+	case KindEngineSpan:
+		e = &EngineSpan{}
+	case KindEngineLog:
+		e = &EngineLog{}
+	default:
+		return nil
+	}
+	e.Head().Schema = k.SchemaID()
+	return e
+}

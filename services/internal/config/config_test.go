@@ -1,0 +1,83 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+type both struct {
+	NATS       NATS
+	ClickHouse ClickHouse
+	Port       int `env:"TEST_SERVICE_PORT" envDefault:"1"`
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := LoadFrom[both](map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NATS.URL != "nats://127.0.0.1:4222" || cfg.NATS.SubjectPrefix != "servescope" ||
+		cfg.NATS.StreamReplicas != 1 || cfg.NATS.StreamMaxAge != 168*time.Hour || cfg.NATS.StreamMaxBytes != 10<<30 {
+		t.Errorf("NATS defaults: %+v", cfg.NATS)
+	}
+	if len(cfg.ClickHouse.Addr) != 1 || cfg.ClickHouse.Addr[0] != "127.0.0.1:9000" || cfg.ClickHouse.Database != "servescope" || cfg.ClickHouse.User != "default" {
+		t.Errorf("ClickHouse defaults: %+v", cfg.ClickHouse)
+	}
+}
+
+func TestInvalidValuesNameTheVariable(t *testing.T) {
+	cases := []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"SERVESCOPE_STREAM_REPLICAS": "2"}, "SERVESCOPE_STREAM_REPLICAS: must be 1 or 3"},
+		{map[string]string{"SERVESCOPE_STREAM_REPLICAS": "three"}, "SERVESCOPE_STREAM_REPLICAS: invalid value"},
+		{map[string]string{"SERVESCOPE_STREAM_MAX_AGE": "soon"}, "SERVESCOPE_STREAM_MAX_AGE: invalid value"},
+		{map[string]string{"SERVESCOPE_NATS_URL": "::not a url"}, "SERVESCOPE_NATS_URL"},
+		{map[string]string{"SERVESCOPE_CLICKHOUSE_ADDR": "localhost"}, "SERVESCOPE_CLICKHOUSE_ADDR: \"localhost\" is not host:port"},
+		{map[string]string{"SERVESCOPE_CLICKHOUSE_DATABASE": "x; DROP TABLE y"}, "SERVESCOPE_CLICKHOUSE_DATABASE"},
+		{map[string]string{"SERVESCOPE_SUBJECT_PREFIX": "Bad.Prefix"}, "SERVESCOPE_SUBJECT_PREFIX"},
+		{map[string]string{"TEST_SERVICE_PORT": "eighty"}, "TEST_SERVICE_PORT: invalid value"},
+		{map[string]string{"SERVESCOPE_NATS_TLS_CERT": "/c.pem"}, "SERVESCOPE_NATS_TLS_CERT and SERVESCOPE_NATS_TLS_KEY"},
+	}
+	for _, c := range cases {
+		_, err := LoadFrom[both](c.env)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("env %v: error %v, want it to contain %q", c.env, err, c.want)
+		}
+	}
+}
+
+func TestValidationReportedOnce(t *testing.T) {
+	type embedded struct{ NATS }
+	_, err := LoadFrom[embedded](map[string]string{"SERVESCOPE_STREAM_REPLICAS": "2"})
+	if err == nil || strings.Count(err.Error(), "SERVESCOPE_STREAM_REPLICAS") != 1 {
+		t.Fatalf("want the error once, got %v", err)
+	}
+}
+
+func TestSecretFiles(t *testing.T) {
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadFrom[both](map[string]string{"SERVESCOPE_CLICKHOUSE_PASSWORD_FILE": pw, "SERVESCOPE_CLICKHOUSE_PASSWORD": "ignored"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := cfg.ClickHouse.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Auth.Password != "s3cret" {
+		t.Errorf("password from file = %q, want s3cret", o.Auth.Password)
+	}
+	cfg.NATS.TokenFile = filepath.Join(dir, "missing")
+	if _, err := cfg.NATS.Options("x"); err == nil || !strings.Contains(err.Error(), "SERVESCOPE_NATS_TOKEN_FILE") {
+		t.Errorf("missing token file: %v", err)
+	}
+}

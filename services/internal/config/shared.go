@@ -1,0 +1,210 @@
+package config
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/nats-io/nats.go"
+)
+
+// NATS holds the settings every service uses to reach NATS JetStream.
+type NATS struct {
+	// URL is one or more comma-separated server URLs.
+	URL string `env:"SERVESCOPE_NATS_URL" envDefault:"nats://127.0.0.1:4222"`
+	// User and Password authenticate with a user/password pair.
+	User     string `env:"SERVESCOPE_NATS_USER"`
+	Password string `env:"SERVESCOPE_NATS_PASSWORD"`
+	// PasswordFile, when set, is read for the password (Docker/Kubernetes secrets).
+	PasswordFile string `env:"SERVESCOPE_NATS_PASSWORD_FILE"`
+	// Token authenticates with a token.
+	Token     string `env:"SERVESCOPE_NATS_TOKEN"`
+	TokenFile string `env:"SERVESCOPE_NATS_TOKEN_FILE"`
+	// CredsFile is a NATS .creds file (JWT + nkey seed).
+	CredsFile string `env:"SERVESCOPE_NATS_CREDS_FILE"`
+	// TLS turns on TLS; CA, Cert and Key are PEM files (Cert and Key for mutual TLS).
+	TLS     bool   `env:"SERVESCOPE_NATS_TLS"`
+	TLSCA   string `env:"SERVESCOPE_NATS_TLS_CA"`
+	TLSCert string `env:"SERVESCOPE_NATS_TLS_CERT"`
+	TLSKey  string `env:"SERVESCOPE_NATS_TLS_KEY"`
+	// SubjectPrefix is the first token of every subject and the base of the stream names:
+	// "servescope" gives subjects servescope.v1.> and streams SERVESCOPE and SERVESCOPE_DLQ.
+	SubjectPrefix string `env:"SERVESCOPE_SUBJECT_PREFIX" envDefault:"servescope"`
+	// StreamMaxAge is how long the SERVESCOPE stream keeps messages (default 7 days).
+	StreamMaxAge time.Duration `env:"SERVESCOPE_STREAM_MAX_AGE" envDefault:"168h"`
+	// StreamMaxBytes caps the SERVESCOPE stream's size in bytes (default 10 GiB); the oldest
+	// messages go first.
+	StreamMaxBytes int64 `env:"SERVESCOPE_STREAM_MAX_BYTES" envDefault:"10737418240"`
+	// StreamReplicas is the stream's replica count: 1, or 3 on a NATS cluster.
+	StreamReplicas int `env:"SERVESCOPE_STREAM_REPLICAS" envDefault:"1"`
+}
+
+var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
+
+// Validate implements Validator.
+func (n *NATS) Validate() error {
+	for _, u := range strings.Split(n.URL, ",") {
+		p, err := url.Parse(strings.TrimSpace(u))
+		if err != nil || p.Host == "" {
+			return fmt.Errorf("SERVESCOPE_NATS_URL: %q is not a URL like nats://host:4222", u)
+		}
+	}
+	if n.StreamReplicas != 1 && n.StreamReplicas != 3 {
+		return fmt.Errorf("SERVESCOPE_STREAM_REPLICAS: must be 1 or 3, got %d", n.StreamReplicas)
+	}
+	if n.StreamMaxAge <= 0 {
+		return fmt.Errorf("SERVESCOPE_STREAM_MAX_AGE: must be positive, got %s", n.StreamMaxAge)
+	}
+	if n.StreamMaxBytes <= 0 {
+		return fmt.Errorf("SERVESCOPE_STREAM_MAX_BYTES: must be positive, got %d", n.StreamMaxBytes)
+	}
+	if !prefixRE.MatchString(n.SubjectPrefix) {
+		return fmt.Errorf("SERVESCOPE_SUBJECT_PREFIX: %q must be lower-case letters, digits, _ or -", n.SubjectPrefix)
+	}
+	if (n.TLSCert == "") != (n.TLSKey == "") {
+		return fmt.Errorf("SERVESCOPE_NATS_TLS_CERT and SERVESCOPE_NATS_TLS_KEY must be set together")
+	}
+	return nil
+}
+
+// Options returns the nats.go options for these settings, reading secret files. name is the
+// client connection name shown by the server's monitoring.
+func (n *NATS) Options(name string) ([]nats.Option, error) {
+	opts := []nats.Option{nats.Name(name)}
+	password, err := secret(n.Password, n.PasswordFile, "SERVESCOPE_NATS_PASSWORD_FILE")
+	if err != nil {
+		return nil, err
+	}
+	token, err := secret(n.Token, n.TokenFile, "SERVESCOPE_NATS_TOKEN_FILE")
+	if err != nil {
+		return nil, err
+	}
+	if n.User != "" {
+		opts = append(opts, nats.UserInfo(n.User, password))
+	}
+	if token != "" {
+		opts = append(opts, nats.Token(token))
+	}
+	if n.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(n.CredsFile))
+	}
+	if n.TLS || n.TLSCA != "" || n.TLSCert != "" {
+		cfg, err := tlsConfig(n.TLSCA, n.TLSCert, n.TLSKey, "SERVESCOPE_NATS_TLS")
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.Secure(cfg))
+	}
+	return opts, nil
+}
+
+// Connect connects to NATS with these settings plus extra options (reconnect policy, handlers).
+func (n *NATS) Connect(name string, extra ...nats.Option) (*nats.Conn, error) {
+	opts, err := n.Options(name)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(n.URL, append(opts, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", n.URL, err)
+	}
+	return nc, nil
+}
+
+// ClickHouse holds the settings every service uses to reach ClickHouse over the native protocol.
+type ClickHouse struct {
+	// Addr is one or more comma-separated host:port native-protocol addresses.
+	Addr []string `env:"SERVESCOPE_CLICKHOUSE_ADDR" envDefault:"127.0.0.1:9000" envSeparator:","`
+	// Database holds servescope's tables.
+	Database string `env:"SERVESCOPE_CLICKHOUSE_DATABASE" envDefault:"servescope"`
+	// User and Password authenticate; PasswordFile, when set, is read for the password.
+	User         string `env:"SERVESCOPE_CLICKHOUSE_USER" envDefault:"default"`
+	Password     string `env:"SERVESCOPE_CLICKHOUSE_PASSWORD"`
+	PasswordFile string `env:"SERVESCOPE_CLICKHOUSE_PASSWORD_FILE"`
+	// TLS turns on TLS (the server's secure native port, usually 9440); TLSCA is a PEM CA file.
+	TLS   bool   `env:"SERVESCOPE_CLICKHOUSE_TLS"`
+	TLSCA string `env:"SERVESCOPE_CLICKHOUSE_TLS_CA"`
+	// DialTimeout bounds connecting.
+	DialTimeout time.Duration `env:"SERVESCOPE_CLICKHOUSE_DIAL_TIMEOUT" envDefault:"5s"`
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+
+// Validate implements Validator.
+func (c *ClickHouse) Validate() error {
+	if len(c.Addr) == 0 {
+		return fmt.Errorf("SERVESCOPE_CLICKHOUSE_ADDR: must name at least one host:port")
+	}
+	for _, a := range c.Addr {
+		if !strings.Contains(a, ":") {
+			return fmt.Errorf("SERVESCOPE_CLICKHOUSE_ADDR: %q is not host:port", a)
+		}
+	}
+	if !identRE.MatchString(c.Database) {
+		return fmt.Errorf("SERVESCOPE_CLICKHOUSE_DATABASE: %q is not a plain identifier", c.Database)
+	}
+	return nil
+}
+
+// Options returns clickhouse-go options for these settings, reading secret files.
+func (c *ClickHouse) Options() (*clickhouse.Options, error) {
+	password, err := secret(c.Password, c.PasswordFile, "SERVESCOPE_CLICKHOUSE_PASSWORD_FILE")
+	if err != nil {
+		return nil, err
+	}
+	o := &clickhouse.Options{
+		Addr:        c.Addr,
+		Auth:        clickhouse.Auth{Database: c.Database, Username: c.User, Password: password},
+		DialTimeout: c.DialTimeout,
+		Compression: &clickhouse.Compression{Method: clickhouse.CompressionLZ4},
+	}
+	if c.TLS || c.TLSCA != "" {
+		cfg, err := tlsConfig(c.TLSCA, "", "", "SERVESCOPE_CLICKHOUSE_TLS")
+		if err != nil {
+			return nil, err
+		}
+		o.TLS = cfg
+	}
+	return o, nil
+}
+
+// secret returns value, or the trimmed content of file when file is set.
+func secret(value, file, fileVar string) (string, error) {
+	if file == "" {
+		return value, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s: read secret file: %w", fileVar, err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
+}
+
+func tlsConfig(caFile, certFile, keyFile, varPrefix string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s_CA: read CA file: %w", varPrefix, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s_CA: %s holds no PEM certificate", varPrefix, caFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s_CERT/%s_KEY: load key pair: %w", varPrefix, varPrefix, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}

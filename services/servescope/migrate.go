@@ -1,0 +1,132 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/servescope/servescope/services/internal/chstore"
+	"github.com/servescope/servescope/services/internal/config"
+)
+
+func newMigrateCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply or revert the ClickHouse schema migrations (golang-migrate)",
+	}
+	open := func(cmd *cobra.Command) (*chstore.Migrator, error) {
+		cfg, err := config.Load[config.ClickHouse]()
+		if err != nil {
+			return nil, err
+		}
+		return chstore.NewMigrator(cmd.Context(), cfg)
+	}
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Create the database if needed and apply every pending migration (no-op when up to date)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g, err := open(cmd)
+			if err != nil {
+				return err
+			}
+			defer g.Close()
+			if err := g.Up(); err != nil {
+				return err
+			}
+			return printVersion(cmd, g)
+		},
+	}
+	var steps int
+	down := &cobra.Command{
+		Use:   "down",
+		Short: "Revert migrations: all of them, or --steps N",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g, err := open(cmd)
+			if err != nil {
+				return err
+			}
+			defer g.Close()
+			if err := g.Down(steps); err != nil {
+				return err
+			}
+			return printVersion(cmd, g)
+		},
+	}
+	down.Flags().IntVar(&steps, "steps", 0, "number of migrations to revert (0 = all)")
+	version := &cobra.Command{
+		Use:   "version",
+		Short: "Print the applied migration version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g, err := open(cmd)
+			if err != nil {
+				return err
+			}
+			defer g.Close()
+			return printVersion(cmd, g)
+		},
+	}
+	force := &cobra.Command{
+		Use:   "force VERSION",
+		Short: "Mark VERSION as applied without running it (recovery from a dirty state)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v, err := strconv.Atoi(args[0])
+			if err != nil {
+				return fmt.Errorf("force: VERSION must be a number: %w", err)
+			}
+			g, err := open(cmd)
+			if err != nil {
+				return err
+			}
+			defer g.Close()
+			if err := g.Force(v); err != nil {
+				return err
+			}
+			return printVersion(cmd, g)
+		},
+	}
+	ttl := &cobra.Command{
+		Use:   "ttl TABLE DAYS",
+		Short: "Change how many days a table keeps rows (defaults: see migrations/000001_tables.up.sql)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			days, err := strconv.Atoi(args[1])
+			if err != nil {
+				return fmt.Errorf("ttl: DAYS must be a number: %w", err)
+			}
+			cfg, err := config.Load[config.ClickHouse]()
+			if err != nil {
+				return err
+			}
+			conn, err := chstore.Open(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			if err := chstore.SetTTL(cmd.Context(), conn, args[0], days); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s keeps rows for %d days\n", args[0], days)
+			return nil
+		},
+	}
+	cmd.AddCommand(up, down, version, force, ttl)
+	return cmd
+}
+
+func printVersion(cmd *cobra.Command, g *chstore.Migrator) error {
+	v, dirty, err := g.Version()
+	if err != nil {
+		return err
+	}
+	state := "clean"
+	if dirty {
+		state = "dirty (a migration failed half-way: fix it, then `servescope migrate force VERSION`)"
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "schema version %d, %s\n", v, state)
+	return nil
+}
