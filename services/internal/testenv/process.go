@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -337,10 +338,16 @@ func procRepoRootOrFatal(t testing.TB) string {
 	return root
 }
 
+// procRequireFile ends the test through Unavailable when a server binary is missing, like an
+// unreachable shared server: a failure under SERVESCOPE_REQUIRE_INTEGRATION=1, a skip otherwise.
 func procRequireFile(t testing.TB, path string) {
 	t.Helper()
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("%s is missing (%v): run scripts/dev-services up, which installs it", path, err)
+	_, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		Unavailable(t, "%s is missing", path)
+	case err != nil:
+		Unavailable(t, "%v", err)
 	}
 }
 
