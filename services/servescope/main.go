@@ -49,7 +49,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newMigrateCmd())
+	root.AddCommand(newMigrateCmd(), newHealthcheckCmd())
 	for _, add := range extraCommands {
 		root.AddCommand(add())
 	}
