@@ -1,0 +1,516 @@
+package diagnose
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Branch IDs, in the order the diagnosis walks them (reference §4 and its "Try it now").
+const (
+	BranchQueueOverload        = "queue_overload"
+	BranchLongPrompt           = "long_prompt"
+	BranchLongOutput           = "long_output"
+	BranchGenerationContention = "generation_contention"
+	BranchRetrieval            = "retrieval_drift"
+	BranchWrongLanguage        = "wrong_language"
+	BranchEngineCrash          = "engine_crash"
+)
+
+// Branch statuses.
+const (
+	StatusFinding = "finding" // the signature is there; Conclusion says what it points to
+	StatusClear   = "clear"   // the quantities were recorded and do not show the signature
+	StatusNoData  = "no data" // the quantities this branch needs were not recorded
+)
+
+// Thresholds. The reference sets alert thresholds relative to a normal day of the same system;
+// these are the ratios to the baseline, plus the absolute floors used only when the baseline has
+// no records (then the report says so).
+const (
+	// QueueWaitMinS is the mean queue wait above which requests are waiting for a slot: the
+	// reference's scenarios read exactly 0.000 s unless overloaded (0.472 s).
+	QueueWaitMinS = 0.05
+	// QueueDominantShare is the share of TTFT the queue wait must reach to dominate it
+	// (overload: 0.472 of 0.853 s = 55%).
+	QueueDominantShare = 0.25
+	// RiseRatio is how many times the baseline a quantity must reach to count as "up".
+	RiseRatio = 1.5
+	// UnchangedRatio bounds "unchanged": within [1/UnchangedRatio, UnchangedRatio] of the baseline.
+	UnchangedRatio = 1.5
+	// MinPromptRiseTokens, MinOutputRiseTokens and MinTPOTRiseS keep tiny absolute moves of
+	// small baselines from counting as rises.
+	MinPromptRiseTokens = 64
+	MinOutputRiseTokens = 32
+	MinTPOTRiseS        = 0.005
+	// LongPromptFloorTokens and LongOutputFloorTokens are the absolute floors without a baseline.
+	LongPromptFloorTokens = 1024
+	LongOutputFloorTokens = 512
+	// LengthStopsMajority is the share of `length` stops above which answers run to max_tokens.
+	LengthStopsMajority = 0.5
+	// PrefixCacheHidingShare is the cached share of prompt tokens above which the prefix cache
+	// hides most of the prefill cost.
+	PrefixCacheHidingShare = 0.5
+	// RetrievalDropAbs and RetrievalDropRel: the median top score must fall by both to count as drift.
+	RetrievalDropAbs = 0.10
+	RetrievalDropRel = 0.15
+	// WrongScriptMinShare is the share of answers with foreign-script letters worth a finding
+	// (reference lesson 12: 4 of 32 = 12.5%); with a baseline it must also be twice the baseline
+	// plus WrongScriptMinRise.
+	WrongScriptMinShare = 0.05
+	WrongScriptMinRise  = 0.02
+	// ServerErrorMinShare is the share of 5xx answers that makes a burst (with a baseline, also
+	// twice the baseline's share).
+	ServerErrorMinShare = 0.01
+	// KVLowShare is the KV usage below which the KV cache is not what ran out.
+	KVLowShare = 0.5
+	// DefaultMaxNumSeqs is vLLM's default slot limit (--max-num-seqs) on GPUs like the reference's.
+	DefaultMaxNumSeqs = 256
+)
+
+// Branch is one hypothesis of reference §4 walked against the numbers.
+type Branch struct {
+	// ID is one of the Branch constants.
+	ID string `json:"id"`
+	// Title is the hypothesis in the reference's words.
+	Title string `json:"title"`
+	// Status is StatusFinding, StatusClear or StatusNoData.
+	Status string `json:"status"`
+	// Conclusion is one sentence: what the numbers say about the hypothesis.
+	Conclusion string `json:"conclusion"`
+	// Evidence lists the numbers the conclusion rests on, window against baseline.
+	Evidence []string `json:"evidence,omitempty"`
+	// NotRuledOut is the alternative these numbers could not exclude.
+	NotRuledOut string `json:"not_ruled_out,omitempty"`
+	// Action is what to check or change next, for a finding.
+	Action string `json:"action,omitempty"`
+}
+
+// walk evaluates every branch for the window cur against the baseline base (hasBase false when the
+// baseline held no records).
+func walk(cur, base *Stats, hasBase bool) []Branch {
+	b := func(s *Stats) *Stats {
+		if hasBase {
+			return s
+		}
+		return &Stats{}
+	}(base)
+	return []Branch{
+		queueOverload(cur, b),
+		longPrompt(cur, b, hasBase),
+		longOutput(cur, b, hasBase),
+		generationContention(cur, b, hasBase),
+		retrievalDrift(cur, b, hasBase),
+		wrongLanguage(cur, b, hasBase),
+		engineCrash(cur, b, hasBase),
+	}
+}
+
+func queueOverload(cur, base *Stats) Branch {
+	br := Branch{ID: BranchQueueOverload, Title: "Queue-dominated overload (\"it takes ages for the first word\", \"it hangs when lots of people use it\")"}
+	q, w := cur.QueueMean, cur.WaitingMax
+	if q == nil && w == nil {
+		br.Status = StatusNoData
+		br.Conclusion = "neither the queue wait nor the waiting count was recorded (gateway queue_s, engine spans, or engine samples)"
+		return br
+	}
+	if q != nil {
+		ev := "queue wait mean " + vs(q, base.QueueMean, secs)
+		if cur.TTFTMean != nil && *cur.TTFTMean > 0 {
+			ev += fmt.Sprintf(", %s of TTFT mean %s", pct(*q / *cur.TTFTMean), secs(*cur.TTFTMean))
+		}
+		br.Evidence = append(br.Evidence, ev)
+	}
+	if w != nil {
+		br.Evidence = append(br.Evidence, "waiting max "+vs(w, base.WaitingMax, count))
+	}
+	if cur.RunningMax != nil {
+		br.Evidence = append(br.Evidence, "running max "+vs(cur.RunningMax, base.RunningMax, count))
+	}
+	queued := q != nil && *q >= QueueWaitMinS
+	if q == nil {
+		queued = *w >= 1
+	}
+	dominant := queued && (q == nil || cur.TTFTMean == nil || *cur.TTFTMean <= 0 || *q >= QueueDominantShare**cur.TTFTMean)
+	if !queued {
+		br.Status = StatusClear
+		br.Conclusion = "no queue: requests got a slot at once, so queue-dominated overload is less likely (not enough to rule out long prompts hidden by the prefix cache or generation contention)"
+		return br
+	}
+	if !dominant {
+		br.Status = StatusClear
+		br.Conclusion = fmt.Sprintf("requests queued, but the wait is under %s of TTFT: something else dominates the first token", pct(QueueDominantShare))
+		return br
+	}
+	br.Status = StatusFinding
+	br.Conclusion = "requests wait for a slot: the engine is past its serving capacity"
+	if cur.RunningMax != nil && *cur.RunningMax == DefaultMaxNumSeqs {
+		br.Evidence = append(br.Evidence, fmt.Sprintf("running stops at exactly %d, vLLM's default --max-num-seqs: every slot is taken", DefaultMaxNumSeqs))
+	}
+	if cur.KVMax != nil && *cur.KVMax < KVLowShare {
+		br.Evidence = append(br.Evidence, fmt.Sprintf("KV cache max %s: slots ran out, not KV memory", pct(*cur.KVMax)))
+	}
+	if cur.RatePerS != nil {
+		br.Evidence = append(br.Evidence, "request rate "+vs(cur.RatePerS, base.RatePerS, perSec))
+	}
+	if r, ok := ratio(cur.RatePerS, base.RatePerS); ok && r >= RiseRatio {
+		br.NotRuledOut = "a loss of capacity (a slower engine, fewer replicas) on top of the extra load: these numbers cannot separate the two"
+	} else {
+		br.NotRuledOut = "a loss of capacity rather than more load: the arrival rate did not rise, so check the engine's step time and replicas"
+	}
+	br.Action = "limit the load or add machines (lesson 07); watch waiting and queue wait over time"
+	return br
+}
+
+func longPrompt(cur, base *Stats, hasBase bool) Branch {
+	br := Branch{ID: BranchLongPrompt, Title: "Long prompts (input tokens up, possibly hidden by the prefix cache)"}
+	p := cur.PromptTokensMean
+	if p == nil {
+		br.Status = StatusNoData
+		br.Conclusion = "input token counts were not recorded"
+		return br
+	}
+	br.Evidence = append(br.Evidence, "input tokens mean "+vs(p, base.PromptTokensMean, tokens))
+	up := false
+	if hasBase && base.PromptTokensMean != nil {
+		r, ok := ratio(p, base.PromptTokensMean)
+		up = ok && r >= RiseRatio && *p-*base.PromptTokensMean >= MinPromptRiseTokens
+	} else {
+		up = *p >= LongPromptFloorTokens
+		br.Evidence = append(br.Evidence, fmt.Sprintf("no baseline: absolute floor %s", tokens(LongPromptFloorTokens)))
+	}
+	if cur.PrefillMean != nil {
+		br.Evidence = append(br.Evidence, "prefill mean "+vs(cur.PrefillMean, base.PrefillMean, secs))
+	}
+	if cur.TTFTMean != nil {
+		br.Evidence = append(br.Evidence, "TTFT mean "+vs(cur.TTFTMean, base.TTFTMean, secs))
+	}
+	if cur.CachedShare != nil {
+		br.Evidence = append(br.Evidence, fmt.Sprintf("prefix cache served %s of prompt tokens", pct(*cur.CachedShare)))
+	}
+	if !up {
+		br.Status = StatusClear
+		br.Conclusion = "input tokens did not rise: prompts are not longer"
+		return br
+	}
+	br.Status = StatusFinding
+	br.Conclusion = "prompts are longer: token counts are the stable signature, whatever the timings say"
+	if c4 := cur.StatusCodes[400]; c4 > 0 {
+		br.Evidence = append(br.Evidence, fmt.Sprintf("%d requests answered 400 (the input limit doing its job)", c4))
+	}
+	switch {
+	case cur.CachedShare != nil && *cur.CachedShare >= PrefixCacheHidingShare:
+		br.NotRuledOut = fmt.Sprintf("a far higher TTFT for different long prompts: the prefix cache served %s of the prompt tokens and hides the prefill cost (lesson 09: ~1.55 s for 2,843 uncached tokens)", pct(*cur.CachedShare))
+	case cur.CachedShare == nil:
+		br.NotRuledOut = "that the prefix cache hides part of the prefill cost: cached_tokens was not recorded, so the timings may understate it"
+	default:
+		br.NotRuledOut = "a change of input workload rather than of the prompt template: compare prompt_version between the windows"
+	}
+	br.Action = "shorten the prompt or reuse a common prefix so the prefix cache serves it (lesson 09); check the prompt version"
+	return br
+}
+
+func longOutput(cur, base *Stats, hasBase bool) Branch {
+	br := Branch{ID: BranchLongOutput, Title: "Long outputs (\"answers take long\" but text appears immediately)"}
+	o := cur.CompletionTokensMean
+	if o == nil {
+		br.Status = StatusNoData
+		br.Conclusion = "output token counts were not recorded"
+		return br
+	}
+	br.Evidence = append(br.Evidence, "output tokens mean "+vs(o, base.CompletionTokensMean, tokens))
+	up := false
+	if hasBase && base.CompletionTokensMean != nil {
+		r, ok := ratio(o, base.CompletionTokensMean)
+		up = ok && r >= RiseRatio && *o-*base.CompletionTokensMean >= MinOutputRiseTokens
+	} else {
+		up = *o >= LongOutputFloorTokens
+		br.Evidence = append(br.Evidence, fmt.Sprintf("no baseline: absolute floor %s", tokens(LongOutputFloorTokens)))
+	}
+	if cur.LengthShare != nil {
+		br.Evidence = append(br.Evidence, "`length` stops "+vs(cur.LengthShare, base.LengthShare, pctPtr))
+	}
+	if cur.MaxTokensMean != nil {
+		br.Evidence = append(br.Evidence, "max_tokens mean "+vs(cur.MaxTokensMean, base.MaxTokensMean, tokens))
+	}
+	if cur.E2EMean != nil {
+		ev := "E2E mean " + vs(cur.E2EMean, base.E2EMean, secs)
+		if cur.TTFTMean != nil {
+			ev += " with TTFT mean " + vs(cur.TTFTMean, base.TTFTMean, secs)
+		}
+		br.Evidence = append(br.Evidence, ev)
+	}
+	if !up {
+		br.Status = StatusClear
+		br.Conclusion = "output tokens did not rise: answers are not longer"
+		return br
+	}
+	br.Status = StatusFinding
+	if cur.LengthShare != nil && *cur.LengthShare >= LengthStopsMajority {
+		br.Conclusion = "the system has to generate longer outputs: output tokens rose and most answers stop at max_tokens; the system is doing what it was asked, the job is long"
+	} else {
+		br.Conclusion = "output tokens rose but most answers stop on their own: the answers themselves got longer (suspect a long-output workload)"
+	}
+	if changed := versionChanges(cur, base, hasBase, "prompt_version", "model"); changed != "" {
+		br.NotRuledOut = "that the change of " + changed + " made the answers longer rather than the questions"
+	} else {
+		br.NotRuledOut = "a change in the kind of questions (no prompt or model version change was recorded)"
+	}
+	br.Action = "check max_tokens and the prompt; address the cause in the prompt, the kind of questions or the model before adding GPUs"
+	return br
+}
+
+func generationContention(cur, base *Stats, hasBase bool) Branch {
+	br := Branch{ID: BranchGenerationContention, Title: "Generation contention (\"the text appears slowly\": TPOT up with output tokens unchanged)"}
+	t := cur.TPOTMean
+	if t == nil {
+		br.Status = StatusNoData
+		br.Conclusion = "the time between tokens was not recorded"
+		return br
+	}
+	if !hasBase || base.TPOTMean == nil {
+		br.Status = StatusNoData
+		br.Evidence = []string{"TPOT mean " + secs(*t)}
+		br.Conclusion = "no baseline TPOT to compare against (TPOT depends on the load; there is no absolute floor)"
+		return br
+	}
+	br.Evidence = append(br.Evidence, "TPOT mean "+vs(t, base.TPOTMean, secs))
+	if cur.TPOTP95 != nil {
+		br.Evidence = append(br.Evidence, "TPOT p95 "+vs(cur.TPOTP95, base.TPOTP95, secs))
+	}
+	r, _ := ratio(t, base.TPOTMean)
+	up := r >= RiseRatio && *t-*base.TPOTMean >= MinTPOTRiseS
+	outRatio, outKnown := ratio(cur.CompletionTokensMean, base.CompletionTokensMean)
+	unchanged := outKnown && outRatio <= UnchangedRatio && outRatio >= 1/UnchangedRatio
+	if outKnown {
+		br.Evidence = append(br.Evidence, "output tokens mean "+vs(cur.CompletionTokensMean, base.CompletionTokensMean, tokens))
+	}
+	if cur.RunningMax != nil {
+		br.Evidence = append(br.Evidence, "running max "+vs(cur.RunningMax, base.RunningMax, count))
+	}
+	switch {
+	case !up:
+		br.Status = StatusClear
+		br.Conclusion = "TPOT did not rise: the generation phase is not slower"
+		return br
+	case !outKnown:
+		br.Status = StatusClear
+		br.Conclusion = "TPOT rose, but output tokens were not recorded, so contention cannot be told from longer generation"
+		return br
+	case !unchanged:
+		br.Status = StatusClear
+		br.Conclusion = "TPOT rose together with the output length: a consequence of generating longer (more sequences held), not contention on its own"
+		return br
+	}
+	br.Status = StatusFinding
+	br.Conclusion = fmt.Sprintf("the generation phase is %.1f times slower per token for the same output length: resource contention in decoding", r)
+	if rr, ok := ratio(cur.RunningMax, base.RunningMax); ok && rr >= RiseRatio {
+		br.Conclusion += "; the running batch grew with it (batch too large, lesson 05)"
+		br.NotRuledOut = "a slower GPU step (throttling, a co-located workload) adding to the larger batch"
+		br.Action = "cap --max-num-seqs or add capacity (lesson 05: a large batch leaves the bandwidth-bound regime)"
+	} else {
+		br.NotRuledOut = "contention from outside the batch (a co-located workload, GPU throttling): the running count did not grow"
+		br.Action = "compare against concurrent load on the GPU and the engine's step time; cap --max-num-seqs if the batch grows"
+	}
+	return br
+}
+
+func retrievalDrift(cur, base *Stats, hasBase bool) Branch {
+	br := Branch{ID: BranchRetrieval, Title: "Retrieval drift or version change (\"off-topic answers\", no errors)"}
+	changed := versionChanges(cur, base, hasBase, "embedding_model_version", "index_version")
+	mixed := mixedVersions(cur, "embedding_model_version", "index_version")
+	if cur.RetrievalN == 0 && changed == "" && mixed == "" {
+		br.Status = StatusNoData
+		br.Conclusion = "no top-passage retrieval scores or retrieval versions were recorded (app.record)"
+		return br
+	}
+	drop := false
+	if cur.RetrievalTopP50 != nil {
+		br.Evidence = append(br.Evidence, fmt.Sprintf("top passage score p50 %s over %d records", vs(cur.RetrievalTopP50, base.RetrievalTopP50, score), cur.RetrievalN))
+		if hasBase && base.RetrievalTopP50 != nil {
+			d := *base.RetrievalTopP50 - *cur.RetrievalTopP50
+			drop = d >= RetrievalDropAbs && *base.RetrievalTopP50 > 0 && d / *base.RetrievalTopP50 >= RetrievalDropRel
+		}
+	}
+	if changed != "" {
+		br.Evidence = append(br.Evidence, "new "+changed)
+	}
+	if mixed != "" {
+		br.Evidence = append(br.Evidence, "several versions in the window: "+mixed)
+	}
+	switch {
+	case drop && (changed != "" || mixed != ""):
+		br.Status = StatusFinding
+		br.Conclusion = "the top passage score fell with a retrieval version change: an incompatible encoder or index (lesson 10)"
+		br.NotRuledOut = "that the questions changed at the same time"
+	case drop:
+		br.Status = StatusFinding
+		br.Conclusion = "the top passage score fell with no recorded version change: the retrieval pipeline, index, corpus or question distribution changed"
+		br.NotRuledOut = "an unrecorded index or corpus change versus a change in the questions"
+	case changed != "" || mixed != "":
+		br.Status = StatusFinding
+		br.Conclusion = "the retrieval versions changed; the median top score has not fallen (yet)"
+		br.NotRuledOut = "a drift the median does not show yet: compare the score distributions, not only p50"
+	default:
+		br.Status = StatusClear
+		if !hasBase || base.RetrievalTopP50 == nil {
+			br.Conclusion = "no baseline scores to compare against and no version change"
+		} else {
+			br.Conclusion = "the top passage score held and the versions did not change"
+		}
+		return br
+	}
+	br.Action = "check the retrieval pipeline: embedding model and index versions must match; re-embed or roll back (lesson 10)"
+	return br
+}
+
+func wrongLanguage(cur, base *Stats, hasBase bool) Branch {
+	br := Branch{ID: BranchWrongLanguage, Title: "Wrong-language output (\"answers mixed with Chinese\")"}
+	s := cur.WrongScriptShare
+	if s == nil {
+		br.Status = StatusNoData
+		br.Conclusion = "no output script checks were recorded (output_script_violation)"
+		return br
+	}
+	br.Evidence = append(br.Evidence, fmt.Sprintf("answers with letters outside the allowed scripts %s (%d checked)", vs(s, base.WrongScriptShare, pctPtr), cur.ScriptChecked))
+	up := *s >= WrongScriptMinShare
+	if hasBase && base.WrongScriptShare != nil {
+		up = up && *s >= 2**base.WrongScriptShare+WrongScriptMinRise
+	}
+	if !up {
+		br.Status = StatusClear
+		br.Conclusion = "the share of wrong-script answers did not rise"
+		return br
+	}
+	br.Status = StatusFinding
+	br.Conclusion = "more answers contain letters outside the allowed scripts: an output content error that no engine timing catches"
+	if changed := versionChanges(cur, base, hasBase, "model", "prompt_version"); changed != "" {
+		br.Evidence = append(br.Evidence, "new "+changed)
+	}
+	br.NotRuledOut = "legitimate foreign names or quotations: the check counts letters, not languages"
+	br.Action = "check the model, the prompt and the decoding settings; add a dedicated output rule (lesson 12)"
+	return br
+}
+
+func engineCrash(cur, base *Stats, hasBase bool) Branch {
+	br := Branch{ID: BranchEngineCrash, Title: "Engine crash (\"the server threw 500 and then vanished\")"}
+	if cur.Samples == 0 && cur.OOMLines == 0 && cur.ExceptionLines == 0 && cur.Share5xx == nil {
+		br.Status = StatusNoData
+		br.Conclusion = "no engine samples, engine log lines or request status codes were recorded"
+		return br
+	}
+	var signals []string
+	if cur.OOMLines > 0 {
+		ev := fmt.Sprintf("engine log: %d out-of-memory line(s), the last at %s on %s", cur.OOMLines, stamp(cur.LastErrorTS), cur.LastErrorEngine)
+		if cur.LastOOMBytes != nil {
+			ev += fmt.Sprintf(" (%s requested)", mib(float64(*cur.LastOOMBytes)))
+		}
+		br.Evidence = append(br.Evidence, ev)
+		signals = append(signals, "oom")
+	} else if cur.ExceptionLines > 0 {
+		br.Evidence = append(br.Evidence, fmt.Sprintf("engine log: %d exception line(s), the last %s at %s on %s", cur.ExceptionLines, cur.LastException, stamp(cur.LastErrorTS), cur.LastErrorEngine))
+		signals = append(signals, "exception")
+	}
+	if cur.SamplesDown > 0 {
+		br.Evidence = append(br.Evidence, fmt.Sprintf("%d of %d scrapes failed (up = 0), the first at %s on %s", cur.SamplesDown, cur.Samples, stamp(cur.FirstDown), cur.DownEngine))
+		signals = append(signals, "down")
+	}
+	if cur.Share5xx != nil && *cur.Share5xx > 0 {
+		n5 := uint64(math.Round(*cur.Share5xx * float64(sumCodes(cur.StatusCodes))))
+		br.Evidence = append(br.Evidence, fmt.Sprintf("%d answers 5xx: %s", n5, vs(cur.Share5xx, base.Share5xx, pctPtr)))
+		burst := *cur.Share5xx >= ServerErrorMinShare
+		if hasBase && base.Share5xx != nil {
+			burst = burst && *cur.Share5xx >= 2**base.Share5xx
+		}
+		if burst {
+			signals = append(signals, "5xx")
+		}
+	}
+	if len(signals) == 0 {
+		br.Status = StatusClear
+		br.Conclusion = "every scrape answered, no error in the engine log, no burst of 5xx"
+		return br
+	}
+	br.Status = StatusFinding
+	joined := strings.Join(signals, "+")
+	switch {
+	case strings.Contains(joined, "oom"):
+		br.Conclusion = "the engine ran out of GPU memory and died"
+		br.NotRuledOut = "a second, unrelated fault after the first death: read the whole log with postmortem"
+	case strings.Contains(joined, "exception"):
+		br.Conclusion = "the engine logged a fatal exception"
+		br.NotRuledOut = "that the exception is a consequence of an earlier fault not in this window"
+	case strings.Contains(joined, "down"):
+		br.Conclusion = "the engine stopped answering its /metrics"
+		br.NotRuledOut = "a deliberate restart or a network fault between collector and engine: no error line in the engine log"
+	default:
+		br.Conclusion = "a burst of 5xx answers"
+		br.NotRuledOut = "a failure in a layer other than the engine: the requests' error_layer tells which"
+	}
+	engine := cur.LastErrorEngine
+	if engine == "" {
+		engine = cur.DownEngine
+	}
+	at := cur.LastErrorTS
+	if at == nil {
+		at = cur.FirstDown
+	}
+	if engine != "" && at != nil {
+		br.Action = fmt.Sprintf("servescope postmortem --engine %s --at %s", shellQuote(engine), at.UTC().Format("2006-01-02T15:04:05Z"))
+	} else {
+		br.Action = "servescope postmortem (reads the engine's log: running, KV, bytes requested)"
+	}
+	return br
+}
+
+// versionChanges names the values of the given version kinds that appear in the window but not in
+// the baseline, e.g. "embedding_model_version e5-v2 (baseline e5-v1)"; empty when none or no baseline.
+func versionChanges(cur, base *Stats, hasBase bool, kinds ...string) string {
+	if !hasBase {
+		return ""
+	}
+	var parts []string
+	for _, k := range kinds {
+		var added []string
+		for _, v := range sortedValues(cur.Versions[k]) {
+			if _, ok := base.Versions[k][v]; !ok {
+				added = append(added, v)
+			}
+		}
+		if len(added) == 0 || len(base.Versions[k]) == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %s (baseline %s)", k, strings.Join(added, ", "), strings.Join(sortedValues(base.Versions[k]), ", ")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// mixedVersions names the version kinds with more than one value inside the window.
+func mixedVersions(cur *Stats, kinds ...string) string {
+	var parts []string
+	for _, k := range kinds {
+		if vals := cur.Versions[k]; len(vals) > 1 {
+			var vs []string
+			for _, v := range sortedValues(vals) {
+				vs = append(vs, fmt.Sprintf("%s (%d)", v, vals[v]))
+			}
+			parts = append(parts, k+" "+strings.Join(vs, ", "))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func sumCodes(m map[uint16]uint64) uint64 {
+	var n uint64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func shellQuote(s string) string {
+	if strings.ContainsAny(s, " '\"\\$`&|;<>()*?!#~") {
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	return s
+}

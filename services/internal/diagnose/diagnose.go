@@ -1,0 +1,236 @@
+// Package diagnose does the reading of reference §3 and §4 for the on-call engineer: it computes,
+// from the recorded data in ClickHouse, every quantity the reference's four scenarios left their
+// signature on, for an incident window and for a baseline, and walks the hypotheses of §4 (and
+// its "Try it now") against them. Every conclusion names the numbers behind it and the
+// alternative those numbers could not rule out; no finding is a valid result.
+//
+// Sources: per-request quantities come from the gateway's `requests` rows, with the engine's own
+// timings filled from `engine_spans`; when neither has them, the window averages come from the
+// cumulative histograms in `engine_samples` (difference over the window, counter resets handled).
+// Running, waiting and KV maxima come from `engine_samples`; retrieval scores, versions and output
+// checks from `app_records` (and `requests`); crash evidence from `engine_logs`.
+package diagnose
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// DefaultBaseline is how far before the window the baseline reaches when none is given: a normal
+// day of the same system (reference §6: thresholds relative to a normal day, not to a book).
+const DefaultBaseline = 24 * time.Hour
+
+// ErrNoData is wrapped by Run's error when the window holds no record in any table.
+var ErrNoData = errors.New("no data")
+
+// Options selects what Run reads.
+type Options struct {
+	// Window is the incident window.
+	Window Range
+	// Baseline is the normal period to compare with; the zero value means the DefaultBaseline
+	// immediately before the window.
+	Baseline Range
+	// Model keeps only requests of this model (empty: all models).
+	Model string
+}
+
+// Report is the result of a diagnosis: the quantities side by side and the branches walked.
+type Report struct {
+	Window   Range  `json:"window"`
+	Baseline Range  `json:"baseline"`
+	Model    string `json:"model,omitempty"`
+	// Current and Base are the quantities of the window and of the baseline.
+	Current Stats `json:"window_stats"`
+	Base    Stats `json:"baseline_stats"`
+	// HasBaseline is false when the baseline held no records; branches then fall back to the
+	// absolute floors documented with the thresholds.
+	HasBaseline bool `json:"has_baseline"`
+	// Rows are the quantities of reference §3 in print order.
+	Rows []Row `json:"rows"`
+	// Branches are every hypothesis walked, in order; Findings lists the IDs with StatusFinding.
+	Branches []Branch `json:"branches"`
+	Findings []string `json:"findings"`
+	// Notes are what the walk saw outside the branches, e.g. a latency rise no signature explains.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Row is one quantity, window against baseline.
+type Row struct {
+	Key      string   `json:"key"`
+	Label    string   `json:"label"`
+	Window   *float64 `json:"window,omitempty"`
+	Baseline *float64 `json:"baseline,omitempty"`
+	// Text forms, as printed: value, baseline value, change ("×9.2", "+12.5 pts", "=").
+	WindowText   string `json:"window_text"`
+	BaselineText string `json:"baseline_text"`
+	Change       string `json:"change,omitempty"`
+	// Source is where the window's value came from, when it matters (see Stats.Sources).
+	Source string `json:"source,omitempty"`
+}
+
+// Run computes the quantities of opts.Window and of its baseline from conn, and walks the branches.
+// It returns an error wrapping ErrNoData, with a message telling empty tables from an empty
+// window, when the window holds nothing; other errors say which read failed.
+func Run(ctx context.Context, conn driver.Conn, opts Options) (Report, error) {
+	if !opts.Window.To.After(opts.Window.From) {
+		return Report{}, fmt.Errorf("diagnose: window %s is empty or reversed", opts.Window)
+	}
+	if opts.Baseline.From.IsZero() && opts.Baseline.To.IsZero() {
+		opts.Baseline = Range{From: opts.Window.From.Add(-DefaultBaseline), To: opts.Window.From}
+	}
+	if !opts.Baseline.To.After(opts.Baseline.From) {
+		return Report{}, fmt.Errorf("diagnose: baseline %s is empty or reversed", opts.Baseline)
+	}
+	rep := Report{Window: opts.Window, Baseline: opts.Baseline, Model: opts.Model}
+	var err error
+	if rep.Current, err = collect(ctx, conn, opts.Window, opts.Model); err != nil {
+		return rep, fmt.Errorf("read window %s: %w", opts.Window, err)
+	}
+	if rep.Current.Empty() {
+		return rep, emptyWindow(ctx, conn, opts)
+	}
+	if rep.Base, err = collect(ctx, conn, opts.Baseline, opts.Model); err != nil {
+		return rep, fmt.Errorf("read baseline %s: %w", opts.Baseline, err)
+	}
+	rep.HasBaseline = !rep.Base.Empty()
+	rep.Rows = rows(&rep.Current, &rep.Base)
+	rep.Branches = walk(&rep.Current, &rep.Base, rep.HasBaseline)
+	rep.Findings = []string{}
+	for _, b := range rep.Branches {
+		if b.Status == StatusFinding {
+			rep.Findings = append(rep.Findings, b.ID)
+		}
+	}
+	if len(rep.Findings) == 0 {
+		for _, q := range []struct {
+			name      string
+			cur, base *float64
+		}{{"E2E p95", rep.Current.E2EP95, rep.Base.E2EP95}, {"TTFT p95", rep.Current.TTFTP95, rep.Base.TTFTP95}} {
+			if r, ok := ratio(q.cur, q.base); ok && rep.HasBaseline && r >= RiseRatio {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("%s rose %s with none of the signatures above: look at what these quantities do not cover (the application's own steps, the network, the client)",
+					q.name, vs(q.cur, q.base, secs)))
+			}
+		}
+	}
+	return rep, nil
+}
+
+// emptyWindow explains an empty window: nothing recorded at all, or nothing in this window.
+func emptyWindow(ctx context.Context, conn driver.Conn, opts Options) error {
+	var reqs, apps, samples, spans, logs uint64
+	var latest time.Time
+	if err := conn.QueryRow(ctx, query("presence")).Scan(&reqs, &apps, &samples, &spans, &logs, &latest); err != nil {
+		return fmt.Errorf("window %s holds no records, and counting the tables failed: %w", opts.Window, err)
+	}
+	model := ""
+	if opts.Model != "" {
+		model = fmt.Sprintf(" for model %q", opts.Model)
+	}
+	if reqs+apps+samples+spans+logs == 0 {
+		return fmt.Errorf("%w: every servescope table is empty (requests, app_records, engine_samples, engine_spans, engine_logs): nothing has been recorded yet; check that the gateway, collector and consumer are running", ErrNoData)
+	}
+	return fmt.Errorf("%w: no records in window %s%s; the latest record is at %s (requests %d, app_records %d, engine_samples %d, engine_spans %d, engine_logs %d rows in total)",
+		ErrNoData, opts.Window, model, latest.UTC().Format(time.RFC3339), reqs, apps, samples, spans, logs)
+}
+
+// rowSpec describes one printed quantity.
+type rowSpec struct {
+	key, label string
+	get        func(*Stats) *float64
+	f          func(float64) string
+}
+
+func u64(n uint64) *float64 { f := float64(n); return &f }
+
+var rowSpecs = []rowSpec{
+	{"requests", "Requests", func(s *Stats) *float64 { return u64(s.Requests) }, count},
+	{"rate_per_s", "Request rate", func(s *Stats) *float64 { return s.RatePerS }, perSec},
+	{"prompt_tokens_mean", "Tokens in (mean)", func(s *Stats) *float64 { return s.PromptTokensMean }, tokens},
+	{"completion_tokens_mean", "Tokens out (mean)", func(s *Stats) *float64 { return s.CompletionTokensMean }, tokens},
+	{"cached_share", "Prompt tokens from prefix cache", func(s *Stats) *float64 { return s.CachedShare }, pct},
+	{"queue_s_mean", "Queue wait (mean)", func(s *Stats) *float64 { return s.QueueMean }, secs},
+	{"queue_s_p95", "Queue wait (p95)", func(s *Stats) *float64 { return s.QueueP95 }, secs},
+	{"prefill_s_mean", "Prompt prefill (mean)", func(s *Stats) *float64 { return s.PrefillMean }, secs},
+	{"ttft_s_mean", "TTFT (mean)", func(s *Stats) *float64 { return s.TTFTMean }, secs},
+	{"ttft_s_p50", "TTFT (p50)", func(s *Stats) *float64 { return s.TTFTP50 }, secs},
+	{"ttft_s_p95", "TTFT (p95)", func(s *Stats) *float64 { return s.TTFTP95 }, secs},
+	{"tpot_s_mean", "Between two tokens, TPOT (mean)", func(s *Stats) *float64 { return s.TPOTMean }, secs},
+	{"tpot_s_p95", "Between two tokens, TPOT (p95)", func(s *Stats) *float64 { return s.TPOTP95 }, secs},
+	{"decode_s_mean", "Token generation (mean)", func(s *Stats) *float64 { return s.DecodeMean }, secs},
+	{"e2e_s_mean", "E2E (mean)", func(s *Stats) *float64 { return s.E2EMean }, secs},
+	{"e2e_s_p50", "E2E (p50)", func(s *Stats) *float64 { return s.E2EP50 }, secs},
+	{"e2e_s_p95", "E2E (p95)", func(s *Stats) *float64 { return s.E2EP95 }, secs},
+	{"running_max", "Running - maximum", func(s *Stats) *float64 { return s.RunningMax }, count},
+	{"waiting_max", "Waiting - maximum", func(s *Stats) *float64 { return s.WaitingMax }, count},
+	{"kv_cache_usage_max", "KV cache - maximum", func(s *Stats) *float64 { return s.KVMax }, pct},
+	{"samples_down", "Failed scrapes (up = 0)", func(s *Stats) *float64 { return u64(s.SamplesDown) }, count},
+	{"share_4xx", "Errors 4xx", func(s *Stats) *float64 { return s.Share4xx }, pct},
+	{"share_5xx", "Errors 5xx", func(s *Stats) *float64 { return s.Share5xx }, pct},
+	{"length_share", "Stops at max_tokens (`length`)", func(s *Stats) *float64 { return s.LengthShare }, pct},
+	{"retrieval_top_score_p50", "Top retrieval score (p50)", func(s *Stats) *float64 { return s.RetrievalTopP50 }, score},
+	{"wrong_script_share", "Answers in a wrong script", func(s *Stats) *float64 { return s.WrongScriptShare }, pct},
+	{"oom_lines", "Engine log out-of-memory lines", func(s *Stats) *float64 { return u64(s.OOMLines) }, count},
+}
+
+func rows(cur, base *Stats) []Row {
+	out := make([]Row, 0, len(rowSpecs))
+	for _, sp := range rowSpecs {
+		w, b := sp.get(cur), sp.get(base)
+		r := Row{Key: sp.key, Label: sp.label, Window: w, Baseline: b, WindowText: "-", BaselineText: "-",
+			Change: change(w, b, sp.f), Source: cur.Sources[sp.key]}
+		if w != nil {
+			r.WindowText = sp.f(*w)
+		}
+		if b != nil {
+			r.BaselineText = sp.f(*b)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// Ranges resolves the command line's window and baseline at time now: either since > 0 (the
+// window is [now−since, now)) or from and to both set; baseline is the length of the period just
+// before the window (DefaultBaseline when 0).
+func Ranges(now time.Time, since time.Duration, from, to time.Time, baseline time.Duration) (Range, Range, error) {
+	var w Range
+	switch {
+	case since > 0 && (!from.IsZero() || !to.IsZero()):
+		return Range{}, Range{}, errors.New("give either --since or --from/--to, not both")
+	case since > 0:
+		w = Range{From: now.Add(-since).UTC(), To: now.UTC()}
+	case !from.IsZero() && !to.IsZero():
+		w = Range{From: from.UTC(), To: to.UTC()}
+	case !from.IsZero():
+		w = Range{From: from.UTC(), To: now.UTC()}
+	default:
+		return Range{}, Range{}, errors.New("give the window: --since DURATION, or --from TIME [--to TIME]")
+	}
+	if !w.To.After(w.From) {
+		return Range{}, Range{}, fmt.Errorf("window %s: --to must be after --from", w)
+	}
+	if baseline < 0 {
+		return Range{}, Range{}, fmt.Errorf("--baseline must be positive, got %s", baseline)
+	}
+	if baseline == 0 {
+		baseline = DefaultBaseline
+	}
+	return w, Range{From: w.From.Add(-baseline), To: w.From}, nil
+}
+
+// timeLayouts are the forms ParseTime accepts; those without a zone are UTC.
+var timeLayouts = []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02T15:04", "2006-01-02 15:04"}
+
+// ParseTime reads a command-line time: RFC 3339, or "2006-01-02 15:04[:05]" (also with a "T") in UTC.
+func ParseTime(s string) (time.Time, error) {
+	for _, l := range timeLayouts {
+		if t, err := time.ParseInLocation(l, s, time.UTC); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("time %q: want RFC 3339 (2026-09-11T15:53:00Z) or \"2026-09-11 15:53[:00]\" (UTC)", s)
+}

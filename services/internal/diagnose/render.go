@@ -1,0 +1,101 @@
+package diagnose
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteText prints the report for a terminal: the quantities side by side, the versions seen, then
+// every branch walked with its evidence, and a one-line summary.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "window   %s\nbaseline %s", r.Window, r.Baseline)
+	if !r.HasBaseline {
+		b.WriteString("  (no records: branches use absolute floors)")
+	}
+	b.WriteString("\n")
+	if r.Model != "" {
+		fmt.Fprintf(&b, "model    %s\n", r.Model)
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUANTITY\tBASELINE\tWINDOW\tCHANGE\tSOURCE")
+	for _, row := range r.Rows {
+		if row.Window == nil && row.Baseline == nil {
+			continue
+		}
+		src := row.Source
+		if src == SourceRequests {
+			src = ""
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", row.Label, row.BaselineText, row.WindowText, row.Change, src)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if codes := codesText(r.Current.StatusCodes); codes != "" {
+		fmt.Fprintf(&b, "\nstatus codes in window: %s", codes)
+		if base := codesText(r.Base.StatusCodes); base != "" {
+			fmt.Fprintf(&b, " (baseline: %s)", base)
+		}
+		b.WriteString("\n")
+	}
+	for _, kind := range []string{"model", "prompt_version", "config_version", "embedding_model_version", "index_version"} {
+		cur, base := r.Current.Versions[kind], r.Base.Versions[kind]
+		if len(cur) == 0 && len(base) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "%s: window %s; baseline %s\n", kind, versionsText(cur), versionsText(base))
+	}
+	b.WriteString("\n")
+	for _, br := range r.Branches {
+		mark := map[string]string{StatusFinding: "FINDING", StatusClear: "clear", StatusNoData: "no data"}[br.Status]
+		fmt.Fprintf(&b, "[%s] %s\n  %s\n", mark, br.Title, br.Conclusion)
+		for _, e := range br.Evidence {
+			fmt.Fprintf(&b, "    - %s\n", e)
+		}
+		if br.NotRuledOut != "" {
+			fmt.Fprintf(&b, "  not ruled out: %s\n", br.NotRuledOut)
+		}
+		if br.Action != "" {
+			fmt.Fprintf(&b, "  next: %s\n", br.Action)
+		}
+	}
+	b.WriteString("\n")
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
+	if len(r.Findings) == 0 {
+		b.WriteString("no finding: none of the signatures of reference §4 is in this window\n")
+	} else {
+		fmt.Fprintf(&b, "findings: %s\n", strings.Join(r.Findings, ", "))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func codesText(m map[uint16]uint64) string {
+	if len(m) == 0 {
+		return ""
+	}
+	var parts []string
+	for code := uint16(100); code < 600; code++ {
+		if n, ok := m[code]; ok {
+			parts = append(parts, fmt.Sprintf("%d×%d", code, n))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func versionsText(m map[string]uint64) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, v := range sortedValues(m) {
+		parts = append(parts, fmt.Sprintf("%s (%d)", v, m[v]))
+	}
+	return strings.Join(parts, ", ")
+}

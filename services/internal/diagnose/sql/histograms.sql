@@ -1,0 +1,30 @@
+-- Window averages from the engine's cumulative histograms (reference §2): per engine and metric,
+-- the sum of the increases of _sum and _count between consecutive samples of the window, which
+-- equals last − first when the engine did not restart. A drop in _count means the engine
+-- restarted, and then the value after the drop is the increase since the restart.
+SELECT name, sum(d_sum) AS sum, sum(d_count) AS count
+FROM
+(
+    SELECT name, rn,
+           if(c >= pc, s - ps, s) AS d_sum,
+           if(c >= pc, c - pc, c) AS d_count
+    FROM
+    (
+        SELECT engine, name, ts,
+               histogram_sum[name]                          AS s,
+               histogram_count[name]                        AS c,
+               lagInFrame(histogram_sum[name]) OVER w       AS ps,
+               lagInFrame(histogram_count[name]) OVER w     AS pc,
+               row_number() OVER w                          AS rn
+        FROM engine_samples FINAL
+        ARRAY JOIN {names:Array(String)} AS name
+        WHERE ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
+          AND ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')
+          AND up
+          AND mapContains(histogram_count, name)
+          AND ({model:String} = '' OR model = {model:String})
+        WINDOW w AS (PARTITION BY engine, name ORDER BY ts ASC ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
+    )
+)
+WHERE rn > 1
+GROUP BY name

@@ -1,0 +1,524 @@
+// Package postmortem reads an engine's death from its own log, as reference §5 does: the stats
+// timeline before the death (running, waiting, KV cache usage), the last words (the exception,
+// the bytes requested, the GPU's capacity and free memory), the innermost frames, and one
+// multiplication — bytes requested against running × vocabulary × 4 bytes — concluding
+// "activation-sized temporary (type one limit)", "KV cache exhausted" or "unexplained", with the
+// reasoning shown and the fix that follows.
+//
+// The analysis works on a time-ordered []schema.EngineLog and does not care where the lines came
+// from: the engine_logs table ([Load]) or a vLLM log file ([ReadLog], which uses the collector's
+// vLLM log parser).
+package postmortem
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/servescope/servescope/schema"
+)
+
+// Verdicts.
+const (
+	VerdictTypeOne     = "activation-sized temporary (type one limit)"
+	VerdictKVExhausted = "KV cache exhausted"
+	VerdictUnexplained = "unexplained"
+)
+
+// Tolerances of the arithmetic check.
+const (
+	// KVFullShare is the KV cache usage at which the KV cache counts as exhausted.
+	KVFullShare = 0.95
+	// RunningSlackShare and RunningSlackMin widen the running counts read from the stats lines
+	// before they are compared with the count implied by the bytes: the stats line is up to one
+	// logging interval (5–10 s) older than the allocation, and requests keep arriving and leaving.
+	RunningSlackShare = 0.05
+	RunningSlackMin   = 2
+	// burstGap separates crashes: fatal lines closer than this belong to one death (the engine
+	// core's error and the API server's reaction to it).
+	burstGap = 30 * time.Second
+	// timelineLen is how many stats lines before the death the report shows.
+	timelineLen = 8
+)
+
+// Options steer the analysis.
+type Options struct {
+	// At picks the death at or before At (plus a minute of slack for clock skew); zero: the last
+	// death in the lines.
+	At time.Time
+	// VocabSize overrides the vocabulary size (the logits' width); 0 uses Model's entry in the
+	// known table, or DefaultVocabSize.
+	VocabSize int
+	// Model names the served model when the log does not (e.g. from engine_samples).
+	Model string
+}
+
+// StatsPoint is one periodic stats line.
+type StatsPoint struct {
+	TS time.Time `json:"ts"`
+	// Running and Waiting are request counts; KVCacheUsagePerc is a fraction 0..1.
+	Running          *uint32  `json:"running,omitempty"`
+	Waiting          *uint32  `json:"waiting,omitempty"`
+	KVCacheUsagePerc *float64 `json:"kv_cache_usage_perc,omitempty"`
+}
+
+// LastWords is the fatal line.
+type LastWords struct {
+	TS        time.Time `json:"ts"`
+	Process   string    `json:"process,omitempty"`
+	Exception string    `json:"exception,omitempty"`
+	Message   string    `json:"message"`
+	// BytesRequested, CapacityBytes and FreeBytes are the CUDA out-of-memory sizes, in bytes.
+	BytesRequested *uint64 `json:"bytes_requested,omitempty"`
+	CapacityBytes  *uint64 `json:"capacity_bytes,omitempty"`
+	FreeBytes      *uint64 `json:"free_bytes,omitempty"`
+}
+
+// Arithmetic is the check of bytes requested against running × vocab × 4 bytes.
+type Arithmetic struct {
+	Vocab       int    `json:"vocab_size"`
+	VocabSource string `json:"vocab_source"`
+	// Running is the last stats line's count, LastStatsTS its time and StatsAgeS how long
+	// before the death it was printed.
+	Running     uint32    `json:"running"`
+	LastStatsTS time.Time `json:"last_stats_ts"`
+	StatsAgeS   float64   `json:"stats_age_s"`
+	// ProductBytes = Running × Vocab × 4; TorchPrints is how PyTorch would report that allocation.
+	ProductBytes int64  `json:"product_bytes"`
+	TorchPrints  string `json:"torch_prints"`
+	// ImpliedMin..ImpliedMax are the running counts whose logits-sized tensor PyTorch would report
+	// as the bytes requested (see TensorRange).
+	ImpliedMin int `json:"implied_running_min"`
+	ImpliedMax int `json:"implied_running_max"`
+	// ExpectedMin..ExpectedMax are the running counts plausible at the moment of death: from the
+	// last stats line to its trend extrapolated to the death, widened by the slack.
+	ExpectedMin int `json:"expected_running_min"`
+	ExpectedMax int `json:"expected_running_max"`
+	// Match is true when the two ranges overlap.
+	Match bool `json:"match"`
+}
+
+// Report is the reading of one death.
+type Report struct {
+	Engine string `json:"engine,omitempty"`
+	Source string `json:"source"`
+	// Crashed is false when the lines hold no fatal error; the rest is then mostly empty.
+	Crashed bool `json:"crashed"`
+	Lines   int  `json:"lines"`
+	// Model, GPUMemoryUtilization and MaxNumSeqs are what the log's start-up lines said.
+	Model                string       `json:"model,omitempty"`
+	GPUMemoryUtilization string       `json:"gpu_memory_utilization,omitempty"`
+	MaxNumSeqs           string       `json:"max_num_seqs,omitempty"`
+	Timeline             []StatsPoint `json:"timeline"`
+	LastWords            *LastWords   `json:"last_words,omitempty"`
+	// Frames are the innermost project frames, innermost last; CodeLine is the innermost frame's
+	// source line when the log kept it.
+	Frames     []string    `json:"frames,omitempty"`
+	CodeLine   string      `json:"code_line,omitempty"`
+	Arithmetic *Arithmetic `json:"arithmetic,omitempty"`
+	// Verdict is one of the Verdict constants; Reasoning the steps that led to it, in order.
+	Verdict     string   `json:"verdict,omitempty"`
+	Reasoning   []string `json:"reasoning,omitempty"`
+	NotRuledOut string   `json:"not_ruled_out,omitempty"`
+	Fix         []string `json:"fix,omitempty"`
+}
+
+// Analyze reads the death in lines (time-ordered, as the engine wrote them) and explains it.
+func Analyze(lines []schema.EngineLog, opts Options) Report {
+	rep := Report{Lines: len(lines), Timeline: []StatsPoint{}}
+	for i := range lines {
+		if rep.Engine == "" {
+			rep.Engine = lines[i].Engine
+		}
+		if m, g, s := engineSettings(msgOf(&lines[i])); m != "" || g != "" || s != "" {
+			rep.Model = firstNonEmpty(m, rep.Model)
+			rep.GPUMemoryUtilization = firstNonEmpty(g, rep.GPUMemoryUtilization)
+			rep.MaxNumSeqs = firstNonEmpty(s, rep.MaxNumSeqs)
+		}
+	}
+	if rep.Model == "" {
+		rep.Model = opts.Model
+	}
+	death := findDeath(lines, opts.At)
+	if death < 0 {
+		rep.Timeline = timeline(lines, len(lines))
+		return rep
+	}
+	rep.Crashed = true
+	d := &lines[death]
+	rep.LastWords = &LastWords{TS: d.TS, Process: d.Process, Exception: d.ExceptionType, Message: msgOf(d),
+		BytesRequested: d.OOMBytesRequested, CapacityBytes: d.OOMTotalCapacityBytes, FreeBytes: d.OOMFreeBytes}
+	rep.Timeline = timeline(lines, death)
+	rep.Frames = d.Frames
+	if len(rep.Frames) == 0 {
+		rep.Frames = framesBefore(lines, death)
+	}
+	rep.CodeLine = codeLine(lines, death, rep.Frames)
+	rep.explain(opts)
+	return rep
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func msgOf(l *schema.EngineLog) string {
+	if l.Message != "" {
+		return l.Message
+	}
+	return l.Line
+}
+
+func isOOM(l *schema.EngineLog) bool {
+	return l.OOMBytesRequested != nil || strings.Contains(l.ExceptionType, "OutOfMemory")
+}
+
+func isFatal(l *schema.EngineLog) bool {
+	if isOOM(l) {
+		return true
+	}
+	if l.ExceptionType == "" {
+		return false
+	}
+	switch l.Level {
+	case "", "ERROR", "CRITICAL":
+		return true
+	}
+	return false
+}
+
+// findDeath returns the index of the root-cause line of the last death at or before at (zero:
+// any): the death is the last burst of fatal lines, and its root cause is the burst's
+// out-of-memory line, else its first exception (later ones, like EngineDeadError, are the other
+// processes' reactions). -1 when there is none.
+func findDeath(lines []schema.EngineLog, at time.Time) int {
+	last := -1
+	for i := range lines {
+		if !at.IsZero() && lines[i].TS.After(at.Add(time.Minute)) {
+			break
+		}
+		if isFatal(&lines[i]) {
+			last = i
+		}
+	}
+	if last < 0 {
+		return -1
+	}
+	first := last
+	for i := last - 1; i >= 0; i-- {
+		if lines[first].TS.Sub(lines[i].TS) > burstGap {
+			break
+		}
+		if isFatal(&lines[i]) {
+			first = i
+		}
+	}
+	// Prefer the out-of-memory line that ends a traceback (it carries the frames), then one that
+	// names the exception, then any: V0 prints the message once before the traceback and once after.
+	best, bestRank := first, 0
+	for i := first; i <= last; i++ {
+		l := &lines[i]
+		rank := 0
+		switch {
+		case isOOM(l) && len(l.Frames) > 0:
+			rank = 3
+		case isOOM(l) && l.ExceptionType != "":
+			rank = 2
+		case isOOM(l):
+			rank = 1
+		}
+		if rank > bestRank {
+			best, bestRank = i, rank
+		}
+	}
+	return best
+}
+
+// timeline returns the last timelineLen stats lines before index end.
+func timeline(lines []schema.EngineLog, end int) []StatsPoint {
+	out := []StatsPoint{}
+	for i := end - 1; i >= 0 && len(out) < timelineLen; i-- {
+		l := &lines[i]
+		if l.Running == nil && l.KVCacheUsagePerc == nil {
+			continue
+		}
+		out = append(out, StatsPoint{TS: l.TS, Running: l.Running, Waiting: l.Waiting, KVCacheUsagePerc: l.KVCacheUsagePerc})
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+var frameRE = regexp.MustCompile(`^\s*File "([^"]+)", line \d+, in (\S+)`)
+
+// framesBefore rebuilds the innermost vLLM frames from the traceback lines just before the fatal
+// line, for lines stored without parsed frames.
+func framesBefore(lines []schema.EngineLog, death int) []string {
+	var frames []string
+	proc := lines[death].Process
+	for i := death - 1; i >= 0 && death-i < 400; i-- {
+		l := &lines[i]
+		if l.Process != proc {
+			continue
+		}
+		msg := strings.TrimSpace(msgOf(l))
+		if strings.HasPrefix(msg, "Traceback (most recent call last)") {
+			break
+		}
+		if m := frameRE.FindStringSubmatch(msgOf(l)); m != nil {
+			path := m[1]
+			if k := strings.LastIndex(path, "/vllm/"); k >= 0 {
+				path = path[k+1:]
+			} else if !strings.HasPrefix(path, "vllm/") {
+				continue
+			}
+			frames = append([]string{path + ":" + m[2]}, frames...)
+		}
+	}
+	if len(frames) > 8 {
+		frames = frames[len(frames)-8:]
+	}
+	return frames
+}
+
+// codeLine finds the source line printed under the innermost frame's "File" line.
+func codeLine(lines []schema.EngineLog, death int, frames []string) string {
+	if len(frames) == 0 {
+		return ""
+	}
+	inner := frames[len(frames)-1]
+	fn := inner[strings.LastIndex(inner, ":")+1:]
+	proc := lines[death].Process
+	for i := death - 1; i >= 0 && death-i < 400; i-- {
+		if lines[i].Process != proc {
+			continue
+		}
+		m := frameRE.FindStringSubmatch(msgOf(&lines[i]))
+		if m == nil || m[2] != fn {
+			continue
+		}
+		for j := i + 1; j < death; j++ {
+			if lines[j].Process != proc {
+				continue
+			}
+			code := strings.TrimSpace(msgOf(&lines[j]))
+			if code == "" || strings.Trim(code, "^~ ") == "" {
+				continue
+			}
+			if frameRE.MatchString(msgOf(&lines[j])) {
+				return ""
+			}
+			return code
+		}
+		return ""
+	}
+	return ""
+}
+
+// explain walks reference §5's reading: KV usage, the multiplication, the stack.
+func (r *Report) explain(opts Options) {
+	lw := r.LastWords
+	var lastKV *float64
+	var last, prev *StatsPoint
+	for i := len(r.Timeline) - 1; i >= 0; i-- {
+		p := &r.Timeline[i]
+		if lastKV == nil && p.KVCacheUsagePerc != nil {
+			lastKV = p.KVCacheUsagePerc
+		}
+		if p.Running != nil {
+			if last == nil {
+				last = p
+			} else if prev == nil {
+				prev = p
+			}
+		}
+	}
+	kvFull := lastKV != nil && *lastKV >= KVFullShare
+	switch {
+	case lastKV == nil:
+		r.Reasoning = append(r.Reasoning, "KV cache: no stats line before the death gives its usage, so it cannot be removed from the suspects")
+	case kvFull:
+		r.Reasoning = append(r.Reasoning, fmt.Sprintf("KV cache: %s in use at the last stats line: the KV cache was full", pct(*lastKV)))
+	default:
+		r.Reasoning = append(r.Reasoning, fmt.Sprintf("KV cache: only %s in use at the last stats line: that alone removes the KV cache from the suspects", pct(*lastKV)))
+	}
+	if !isOOM(&schema.EngineLog{OOMBytesRequested: lw.BytesRequested, ExceptionType: lw.Exception}) {
+		r.Verdict = VerdictUnexplained
+		r.Reasoning = append(r.Reasoning, fmt.Sprintf("the engine died with %s, not a CUDA out-of-memory error: the memory arithmetic does not apply", orUnknown(lw.Exception)))
+		r.stackReasoning()
+		r.NotRuledOut = "a memory problem reported under another exception"
+		r.Fix = []string{"no fix follows from the numbers: read the exception and the innermost frames, and reproduce with the same load"}
+		return
+	}
+	if lw.BytesRequested == nil {
+		r.Verdict = VerdictUnexplained
+		r.Reasoning = append(r.Reasoning, "the out-of-memory line gives no size (\"Tried to allocate ...\"), so the multiplication cannot be checked")
+		r.stackReasoning()
+		r.NotRuledOut = "a logits-sized temporary: without the size it can be neither confirmed nor excluded"
+		r.Fix = []string{"keep the full error line in the log (the size is the best clue); meanwhile lowering --gpu-memory-utilization leaves more room for temporaries"}
+		return
+	}
+	req := int64(*lw.BytesRequested)
+	r.Reasoning = append(r.Reasoning, r.capacityText())
+	if last == nil {
+		r.Verdict = VerdictUnexplained
+		r.Reasoning = append(r.Reasoning, fmt.Sprintf("it died asking for %s, but no stats line before the death gives the running count to multiply", FormatSize(req)))
+		r.stackReasoning()
+		r.NotRuledOut = "a logits-sized temporary: the running count is unknown"
+		r.Fix = []string{"keep the engine's periodic stats lines in the log (they give running, waiting, KV)"}
+		return
+	}
+	a := r.arithmetic(opts, req, last, prev)
+	r.Arithmetic = a
+	product := fmt.Sprintf("%s running × %s vocabulary (%s) × %d bytes = %s B = %s",
+		group(int64(a.Running)), group(int64(a.Vocab)), a.VocabSource, BytesPerLogit, group(a.ProductBytes), mibText(a.ProductBytes))
+	if a.TorchPrints == FormatSize(req) {
+		product += fmt.Sprintf("; PyTorch's allocator rounds that block to %s, exactly the size requested", a.TorchPrints)
+	} else {
+		product += fmt.Sprintf("; PyTorch would report it as %s, against %s requested", a.TorchPrints, FormatSize(req))
+	}
+	r.Reasoning = append(r.Reasoning, product)
+	expected := fmt.Sprintf("%d–%d", a.ExpectedMin, a.ExpectedMax)
+	r.Reasoning = append(r.Reasoning, fmt.Sprintf("solved the other way: %s is a logits-sized tensor for %d–%d running sequences; the stats lines allow %s at the moment of death (last line %.0f s earlier said %d, widened by max(%d, %.0f%%) for the requests that came and went since)",
+		FormatSize(req), a.ImpliedMin, a.ImpliedMax, expected, a.StatsAgeS, a.Running, RunningSlackMin, 100*RunningSlackShare))
+	if a.Match {
+		r.Reasoning = append(r.Reasoning, "→ the bytes requested match running × vocabulary × 4: a temporary the size of the logits")
+	} else {
+		r.Reasoning = append(r.Reasoning, "→ the bytes requested do not match running × vocabulary × 4: not a logits-sized temporary of this batch")
+	}
+	sampler := r.stackReasoning()
+	switch {
+	case a.Match:
+		r.Verdict = VerdictTypeOne
+		switch {
+		case kvFull:
+			r.NotRuledOut = fmt.Sprintf("KV cache pressure: it was also %s full, so fewer slots would have helped twice", pct(*lastKV))
+		case !sampler:
+			r.NotRuledOut = "a coincidence of sizes: the stack does not point at a logits-sized step, and the byte count alone cannot name the tensor"
+		default:
+			r.NotRuledOut = "another temporary of the same size elsewhere in the step: the size and the stack agree, but only the stack names the tensor"
+		}
+		r.Fix = r.typeOneFix(req)
+	case kvFull:
+		r.Verdict = VerdictKVExhausted
+		r.NotRuledOut = fmt.Sprintf("a temporary of another shape (%s is not logits-sized here) made large by the full cache", FormatSize(req))
+		r.Fix = []string{
+			fmt.Sprintf("the KV cache was %s full: cap --max-num-seqs or --max-model-len so fewer tokens are held at once", pct(*lastKV)),
+			"or give the KV cache more memory: more GPUs (tensor parallelism); raise --gpu-memory-utilization only if the temporaries still fit",
+		}
+	default:
+		r.Verdict = VerdictUnexplained
+		r.NotRuledOut = "a logits-sized temporary of another dtype or layout (e.g. 2-byte logits or several rows per sequence): compare the implied count with the running count"
+		r.Fix = []string{"no fix follows from the arithmetic: read the innermost frames; re-run the load with a smaller --max-num-seqs and see whether the size follows the batch"}
+	}
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "an unnamed error"
+	}
+	return s
+}
+
+// stackReasoning adds what the innermost frame says and reports whether it points at a step that
+// makes logits-sized tensors (the sampler, penalties, logits processing).
+func (r *Report) stackReasoning() bool {
+	if len(r.Frames) == 0 {
+		r.Reasoning = append(r.Reasoning, "stack: the log kept no traceback frames for this error")
+		return false
+	}
+	inner := r.Frames[len(r.Frames)-1]
+	text := "stack: innermost frame " + inner
+	if r.CodeLine != "" {
+		text += " (" + r.CodeLine + ")"
+	}
+	low := strings.ToLower(inner + " " + r.CodeLine)
+	sampler := strings.Contains(low, "sampler") || strings.Contains(low, "penalt") || strings.Contains(low, "logits") || strings.Contains(low, "logprobs")
+	if sampler {
+		text += ": the sampler, where tensors of running × vocabulary are made"
+	}
+	r.Reasoning = append(r.Reasoning, text)
+	return sampler
+}
+
+func (r *Report) capacityText() string {
+	lw := r.LastWords
+	s := "last words: " + orUnknown(lw.Exception) + ", tried to allocate " + FormatSize(int64(*lw.BytesRequested))
+	if lw.CapacityBytes != nil {
+		s += ", GPU total capacity " + FormatSize(int64(*lw.CapacityBytes))
+	}
+	if lw.FreeBytes != nil {
+		s += ", " + FormatSize(int64(*lw.FreeBytes)) + " free"
+		if d := int64(*lw.BytesRequested) - int64(*lw.FreeBytes); d > 0 {
+			s += fmt.Sprintf(" (%s short)", FormatSize(d))
+		}
+	}
+	return s
+}
+
+func (r *Report) arithmetic(opts Options, req int64, last, prev *StatsPoint) *Arithmetic {
+	vocab, src := VocabSize(opts.VocabSize, r.Model)
+	a := &Arithmetic{Vocab: vocab, VocabSource: src, Running: *last.Running, LastStatsTS: last.TS,
+		StatsAgeS: r.LastWords.TS.Sub(last.TS).Seconds()}
+	a.ProductBytes = int64(a.Running) * int64(vocab) * BytesPerLogit
+	a.TorchPrints = FormatSize(AllocationSize(a.ProductBytes))
+	a.ImpliedMin, a.ImpliedMax, _ = ImpliedRunning(req, vocab)
+	lo, hi := float64(a.Running), float64(a.Running)
+	if prev != nil && last.TS.After(prev.TS) && a.StatsAgeS > 0 {
+		slope := (float64(*last.Running) - float64(*prev.Running)) / last.TS.Sub(prev.TS).Seconds()
+		e := math.Max(0, float64(a.Running)+slope*a.StatsAgeS)
+		if n, err := strconv.Atoi(r.MaxNumSeqs); err == nil && e > float64(n) {
+			e = float64(n)
+		}
+		lo, hi = math.Min(lo, e), math.Max(hi, e)
+	}
+	slack := math.Max(RunningSlackMin, math.Ceil(RunningSlackShare*hi))
+	a.ExpectedMin = int(math.Max(0, math.Floor(lo-slack)))
+	a.ExpectedMax = int(math.Ceil(hi + slack))
+	a.Match = a.ImpliedMax >= a.ImpliedMin && a.ImpliedMin <= a.ExpectedMax && a.ImpliedMax >= a.ExpectedMin
+	return a
+}
+
+func (r *Report) typeOneFix(req int64) []string {
+	a := r.Arithmetic
+	row := int64(a.Vocab) * BytesPerLogit
+	util := "lower --gpu-memory-utilization"
+	if r.GPUMemoryUtilization != "" {
+		util += " from " + r.GPUMemoryUtilization
+	}
+	fix := []string{util + " (the reference went from 0.90 to 0.85 and the same load queued instead of dying): the memory outside the engine's budget is where these temporaries live"}
+	capText := fmt.Sprintf("or cap --max-num-seqs: the tensor grows by %s per running sequence (%s at %d running)", FormatSize(row), mibText(int64(a.Running)*row), a.Running)
+	if free := r.LastWords.FreeBytes; free != nil && int64(*free) >= row {
+		capText += fmt.Sprintf("; the %s that was free would have held it for at most %d sequences", FormatSize(int64(*free)), int64(*free)/row)
+	}
+	maxSeqs := 256
+	if n, err := strconv.Atoi(r.MaxNumSeqs); err == nil {
+		maxSeqs = n
+	}
+	capText += fmt.Sprintf("; at the slot limit of %d it would be %s", maxSeqs, mibText(int64(maxSeqs)*row))
+	return append(fix, capText)
+}
+
+func pct(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" }
+
+func mibText(n int64) string { return strconv.FormatFloat(float64(n)/(1<<20), 'f', 3, 64) + " MiB" }
+
+// group renders n with comma thousands separators.
+func group(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
