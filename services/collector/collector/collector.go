@@ -1,0 +1,299 @@
+// Package collector wires servescope's engine-side collector: the /metrics scraper, the OTLP
+// traces receiver (gRPC and HTTP) and the log followers, all publishing through one Publisher,
+// plus the collector's own /metrics and /healthz. Tests and the binary start it the same way:
+//
+//	c, err := collector.New(cfg, pub, log, prometheus.NewRegistry())
+//	err = c.Run(ctx)
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/servescope/servescope/schema"
+	"github.com/servescope/servescope/services/collector/logship"
+	"github.com/servescope/servescope/services/collector/otlp"
+	"github.com/servescope/servescope/services/collector/scrape"
+	"github.com/servescope/servescope/services/internal/config"
+)
+
+// Publisher takes events for delivery; schema/publish's Publisher is one.
+type Publisher interface {
+	Publish(schema.Event) error
+}
+
+// Off is the address value that turns a listener off.
+const Off = "off"
+
+// Config is the collector's configuration, read from the environment by config.Load.
+type Config struct {
+	// NATS is the shared NATS settings (SERVESCOPE_NATS_*).
+	NATS config.NATS
+	// Targets are the engines' /metrics URLs, comma-separated; an entry "name=URL" names the
+	// engine, otherwise the URL is its name.
+	Targets []string `env:"COLLECTOR_TARGETS" envSeparator:","`
+	// ScrapeInterval is the time between two scrapes of a target (0.1 s or more).
+	ScrapeInterval time.Duration `env:"COLLECTOR_SCRAPE_INTERVAL" envDefault:"1s"`
+	// ScrapeTimeout bounds one scrape; 0 means the interval, at least 1 s.
+	ScrapeTimeout time.Duration `env:"COLLECTOR_SCRAPE_TIMEOUT"`
+	// OTLPGRPCAddr is the OTLP/gRPC traces listener (host:port, or "off").
+	OTLPGRPCAddr string `env:"COLLECTOR_OTLP_GRPC_ADDR" envDefault:":4317"`
+	// OTLPHTTPAddr is the OTLP/HTTP traces listener serving POST /v1/traces (host:port, or "off").
+	OTLPHTTPAddr string `env:"COLLECTOR_OTLP_HTTP_ADDR" envDefault:":4318"`
+	// LogFiles are vLLM log files to follow, comma-separated; an entry "name=PATH" names the
+	// engine of that log.
+	LogFiles []string `env:"COLLECTOR_LOG_FILES" envSeparator:","`
+	// Engine names the engine of logs and of spans without service.name; default: the name of
+	// the only target, or "vllm".
+	Engine string `env:"COLLECTOR_ENGINE"`
+	// LogTimezone is the IANA time zone of vLLM's log timestamps (vLLM writes local time).
+	LogTimezone string `env:"COLLECTOR_LOG_TIMEZONE" envDefault:"UTC"`
+	// LogPollInterval is how often followed files are checked for new data and rotation.
+	LogPollInterval time.Duration `env:"COLLECTOR_LOG_POLL_INTERVAL" envDefault:"250ms"`
+	// MetricsAddr serves the collector's own /metrics and /healthz (host:port, or "off").
+	MetricsAddr string `env:"COLLECTOR_METRICS_ADDR" envDefault:":9103"`
+	// StateDir holds the log offsets file (log-offsets.json).
+	StateDir string `env:"COLLECTOR_STATE_DIR" envDefault:"/var/lib/servescope/collector"`
+	// SpoolDir is the publisher's on-disk spool for events NATS has not acknowledged.
+	SpoolDir string `env:"COLLECTOR_SPOOL_DIR" envDefault:"/var/lib/servescope/collector-spool"`
+	// SpoolMaxBytes caps the spool (default 1 GiB).
+	SpoolMaxBytes int64 `env:"COLLECTOR_SPOOL_MAX_BYTES" envDefault:"1073741824"`
+	// SpoolFsync is the spool's sync policy: always, interval or never.
+	SpoolFsync string `env:"COLLECTOR_SPOOL_FSYNC" envDefault:"interval"`
+	// ShutdownTimeout bounds the flush of queued events at exit.
+	ShutdownTimeout time.Duration `env:"COLLECTOR_SHUTDOWN_TIMEOUT" envDefault:"10s"`
+}
+
+// Validate implements config.Validator.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.ScrapeInterval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("COLLECTOR_SCRAPE_INTERVAL: must be at least 100ms, got %s", c.ScrapeInterval))
+	}
+	if c.ScrapeTimeout < 0 {
+		errs = append(errs, fmt.Errorf("COLLECTOR_SCRAPE_TIMEOUT: must not be negative, got %s", c.ScrapeTimeout))
+	}
+	if _, err := scrape.ParseTargets(c.Targets); err != nil {
+		errs = append(errs, fmt.Errorf("COLLECTOR_TARGETS: %w", err))
+	}
+	if _, err := time.LoadLocation(c.LogTimezone); err != nil {
+		errs = append(errs, fmt.Errorf("COLLECTOR_LOG_TIMEZONE: %w", err))
+	}
+	if c.LogPollInterval <= 0 {
+		errs = append(errs, fmt.Errorf("COLLECTOR_LOG_POLL_INTERVAL: must be positive, got %s", c.LogPollInterval))
+	}
+	switch c.SpoolFsync {
+	case "always", "interval", "never":
+	default:
+		errs = append(errs, fmt.Errorf("COLLECTOR_SPOOL_FSYNC: want always, interval or never, got %q", c.SpoolFsync))
+	}
+	return errors.Join(errs...)
+}
+
+// EngineName is the engine name of logs and of spans without service.name (see Config.Engine).
+func (c *Config) EngineName() string {
+	if c.Engine != "" {
+		return c.Engine
+	}
+	if ts, err := scrape.ParseTargets(c.Targets); err == nil && len(ts) == 1 {
+		if ts[0].Engine != "" {
+			return ts[0].Engine
+		}
+		return ts[0].URL
+	}
+	return "vllm"
+}
+
+// LogFile is one entry of COLLECTOR_LOG_FILES.
+type LogFile struct {
+	Engine, Path string
+}
+
+// ParseLogFiles reads COLLECTOR_LOG_FILES entries ("PATH" or "name=PATH"); engine names the
+// entries without a name.
+func ParseLogFiles(list []string, engine string) []LogFile {
+	var out []LogFile
+	for _, raw := range list {
+		raw = strings.TrimSpace(raw)
+		if raw == "" {
+			continue
+		}
+		lf := LogFile{Engine: engine, Path: raw}
+		if name, path, ok := strings.Cut(raw, "="); ok && name != "" && !strings.Contains(name, "/") {
+			lf = LogFile{Engine: name, Path: path}
+		}
+		out = append(out, lf)
+	}
+	return out
+}
+
+// Collector runs the scraper, the OTLP receiver and the log followers.
+type Collector struct {
+	cfg      Config
+	pub      Publisher
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	loc      *time.Location
+	scraper  *scrape.Scraper
+	receiver *otlp.Receiver
+	logs     *logship.Metrics
+	state    *logship.State
+
+	grpcLn, httpLn, metricsLn net.Listener
+}
+
+// New builds a collector and opens its listeners (so their addresses are known before Run; a
+// port 0 picks a free port). reg gets the collector's metrics and is served on /metrics.
+func New(cfg Config, pub Publisher, log *slog.Logger, reg *prometheus.Registry) (*Collector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	loc, _ := time.LoadLocation(cfg.LogTimezone)
+	c := &Collector{cfg: cfg, pub: pub, log: log, reg: reg, loc: loc}
+	targets, _ := scrape.ParseTargets(cfg.Targets)
+	var err error
+	c.scraper, err = scrape.New(targets, pub, scrape.Config{
+		Interval: cfg.ScrapeInterval, Timeout: cfg.ScrapeTimeout,
+		Logger: log.With("component", "scrape"), Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.receiver, err = otlp.NewReceiver(pub, cfg.EngineName(), log.With("component", "otlp"), reg)
+	if err != nil {
+		return nil, err
+	}
+	c.logs, err = logship.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.LogFiles) > 0 {
+		c.state, err = logship.OpenState(filepath.Join(cfg.StateDir, "log-offsets.json"))
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, l := range []struct {
+		addr string
+		dst  *net.Listener
+		what string
+	}{
+		{cfg.OTLPGRPCAddr, &c.grpcLn, "OTLP gRPC"},
+		{cfg.OTLPHTTPAddr, &c.httpLn, "OTLP HTTP"},
+		{cfg.MetricsAddr, &c.metricsLn, "metrics"},
+	} {
+		if l.addr == Off || l.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			c.closeListeners()
+			return nil, fmt.Errorf("listen for %s on %s: %w", l.what, l.addr, err)
+		}
+		*l.dst = ln
+	}
+	return c, nil
+}
+
+func (c *Collector) closeListeners() {
+	for _, ln := range []net.Listener{c.grpcLn, c.httpLn, c.metricsLn} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+}
+
+func addr(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
+}
+
+// OTLPGRPCAddr, OTLPHTTPAddr and MetricsAddr are the listeners' addresses ("" when off).
+func (c *Collector) OTLPGRPCAddr() string { return addr(c.grpcLn) }
+func (c *Collector) OTLPHTTPAddr() string { return addr(c.httpLn) }
+func (c *Collector) MetricsAddr() string  { return addr(c.metricsLn) }
+
+// Run collects until ctx ends; it returns the first failure of a part (the others are stopped).
+func (c *Collector) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	start := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = fmt.Errorf("%s: %w", name, err)
+				}
+				mu.Unlock()
+				cancel()
+			}
+		}()
+	}
+	start("scrape", c.scraper.Run)
+	if c.grpcLn != nil {
+		start("otlp grpc", func(ctx context.Context) error { return c.receiver.ServeGRPC(ctx, c.grpcLn) })
+	}
+	if c.httpLn != nil {
+		start("otlp http", func(ctx context.Context) error { return c.receiver.ServeHTTPOn(ctx, c.httpLn) })
+	}
+	if c.metricsLn != nil {
+		start("metrics", c.serveMetrics)
+	}
+	for _, lf := range ParseLogFiles(c.cfg.LogFiles, c.cfg.EngineName()) {
+		sh := logship.NewShipper(c.pub, lf.Engine, lf.Path, c.loc, nil, c.logs, c.log.With("component", "logship"))
+		fl := &logship.Follower{Path: lf.Path, State: c.state, Poll: c.cfg.LogPollInterval}
+		start("log "+lf.Path, func(ctx context.Context) error { return sh.Follow(ctx, fl) })
+	}
+	c.log.Info("collector running",
+		"targets", len(c.cfg.Targets), "scrape_interval", c.cfg.ScrapeInterval.String(),
+		"otlp_grpc", c.OTLPGRPCAddr(), "otlp_http", c.OTLPHTTPAddr(), "metrics", c.MetricsAddr(),
+		"log_files", len(c.cfg.LogFiles))
+	wg.Wait()
+	return firstErr
+}
+
+func (c *Collector) serveMetrics(ctx context.Context) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{Registry: c.reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(c.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve metrics on %s: %w", c.metricsLn.Addr(), err)
+	}
+	return nil
+}

@@ -1,0 +1,251 @@
+package logship
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/servescope/servescope/schema"
+)
+
+type collected struct {
+	mu     sync.Mutex
+	events []*schema.EngineLog
+}
+
+func (c *collected) Publish(e schema.Event) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = append(c.events, e.(*schema.EngineLog))
+	return nil
+}
+
+func (c *collected) lines() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, len(c.events))
+	for i, e := range c.events {
+		out[i] = e.Line
+	}
+	return out
+}
+
+func (c *collected) all() []*schema.EngineLog {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*schema.EngineLog(nil), c.events...)
+}
+
+var clock = func() time.Time { return time.Date(2025, 9, 12, 0, 0, 0, 0, time.UTC) }
+
+// TestCrashLogStream ships the reference's crash log from a stream and checks what an operator
+// reads from engine_logs after the engine is gone (§5).
+func TestCrashLogStream(t *testing.T) {
+	raw, err := os.ReadFile("../vllmlog/testdata/v1_0_11_crash.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &collected{}
+	sh := NewShipper(c, "vllm-a", "-", nil, clock, nil, nil)
+	if err := sh.Stream(context.Background(), bytes.NewReader(raw)); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
+	got := c.lines()
+	if len(got) != len(want) {
+		t.Fatalf("%d lines published, want every one of %d", len(got), len(want))
+	}
+	var lastStats, oom *schema.EngineLog
+	for i, e := range c.all() {
+		if got[i] != want[i] {
+			t.Fatalf("line %d out of order: %q", i, got[i])
+		}
+		if e.Running != nil {
+			lastStats = e
+		}
+		if e.OOMBytesRequested != nil {
+			oom = e
+		}
+		if e.Source != "-" || e.Offset == nil || e.Engine != "vllm-a" {
+			t.Fatalf("line %d: source %q offset %v engine %q", i, e.Source, e.Offset, e.Engine)
+		}
+	}
+	if lastStats == nil || *lastStats.Running != 193 || *lastStats.KVCacheUsagePerc != 0.159 {
+		t.Errorf("last stats line: %+v", lastStats)
+	}
+	if oom == nil || *oom.OOMBytesRequested != 112<<20 || oom.ExceptionType != "torch.OutOfMemoryError" ||
+		oom.Frames[len(oom.Frames)-1] != "vllm/v1/sample/sampler.py:apply_penalties" {
+		t.Errorf("OOM line: %+v", oom)
+	}
+	if want := time.Date(2025, 9, 11, 15, 53, 37, 0, time.UTC); !oom.TS.Equal(want) {
+		t.Errorf("OOM ts %s, want the line's own %s", oom.TS, want)
+	}
+	// The offset of each line is where it starts in the stream.
+	if off := *c.all()[1].Offset; off != uint64(len(want[0])+1) {
+		t.Errorf("second line offset %d, want %d", off, len(want[0])+1)
+	}
+}
+
+func TestStreamOddInput(t *testing.T) {
+	long := strings.Repeat("x", MaxLineBytes+10)
+	in := "a\r\nbad \xff utf8\n\n" + long + "\nlast without newline"
+	c := &collected{}
+	sh := NewShipper(c, "e", "-", nil, clock, nil, nil)
+	if err := sh.Stream(context.Background(), strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	got := c.lines()
+	// The over-long line ends in the same read as it grows past MaxLineBytes, so it is one line,
+	// kept to the schema's 16 KiB.
+	if len(got) != 5 {
+		t.Fatalf("%d lines, want 5", len(got))
+	}
+	if got[0] != "a" || got[1] != "bad \uFFFD utf8" || got[2] != "" || len(got[3]) != 16<<10 || got[4] != "last without newline" {
+		t.Errorf("lines %q, long line of %d bytes", []string{got[0], got[1], got[2], got[4]}, len(got[3]))
+	}
+	if ts := c.all()[0].TS; !ts.Equal(clock()) {
+		t.Errorf("unstamped line ts %s, want the collector's clock", ts)
+	}
+}
+
+type fileLog struct {
+	t    *testing.T
+	path string
+}
+
+func (l fileLog) append(lines ...string) {
+	f, err := os.OpenFile(l.path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	defer f.Close()
+	for _, s := range lines {
+		if _, err := f.WriteString(s); err != nil {
+			l.t.Fatal(err)
+		}
+	}
+}
+
+func waitLines(t *testing.T, c *collected, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if got := c.lines(); len(got) >= n {
+			return got
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("got %d lines %q, want %d", len(c.lines()), c.lines(), n)
+	return nil
+}
+
+// TestFollow drives a file through appends, a partial line, rotation by rename, truncation and a
+// collector restart, and checks that each line is shipped exactly once, in order.
+func TestFollow(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "vllm.log")
+	statePath := filepath.Join(dir, "state", "offsets.json")
+	log := fileLog{t, path}
+	c := &collected{}
+
+	run := func() (stop func()) {
+		state, err := OpenState(statePath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		sh := NewShipper(c, "e", path, nil, nil, nil, nil)
+		go func() { done <- sh.Follow(ctx, &Follower{Path: path, State: state, Poll: 10 * time.Millisecond}) }()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("follow: %v", err)
+			}
+		}
+	}
+
+	stop := run() // the file does not exist yet
+	log.append("l1\n", "l2\n", "l3-par")
+	waitLines(t, c, 2)
+	log.append("tial\n")
+	waitLines(t, c, 3)
+
+	// Rotation by rename: the old file gets one more line after the rename, then a new file.
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	fileLog{t, path + ".1"}.append("l4-in-old\n")
+	log.append("l5-new\n")
+	waitLines(t, c, 5)
+
+	// Truncation in place (copytruncate).
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	log.append("l6\n")
+	waitLines(t, c, 6)
+	stop()
+
+	// Restart: nothing is sent again; new lines are.
+	log.append("l7\n")
+	stop = run()
+	got := waitLines(t, c, 7)
+	time.Sleep(100 * time.Millisecond)
+	stop()
+	want := []string{"l1", "l2", "l3-partial", "l4-in-old", "l5-new", "l6", "l7"}
+	if fmt.Sprint(c.lines()) != fmt.Sprint(want) {
+		t.Errorf("lines %q, want %q", got, want)
+	}
+	if off := *c.all()[6].Offset; off != 3 {
+		t.Errorf("l7 offset %d, want 3 (after l6 in the truncated file)", off)
+	}
+}
+
+func TestStateSurvivesTornFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "o.json")
+	if err := os.WriteFile(p, []byte(`{"a":{"dev":1,`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenState(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Set("a", Position{Dev: 1, Ino: 2, Offset: 3})
+	if err := s.Save(); err != nil {
+		t.Fatal(err)
+	}
+	s2, _ := OpenState(p)
+	if pos, ok := s2.Get("a"); !ok || pos.Offset != 3 {
+		t.Errorf("reloaded %+v %v", pos, ok)
+	}
+}
+
+func FuzzStream(f *testing.F) {
+	raw, err := os.ReadFile("../vllmlog/testdata/v1_0_11_crash.log")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(raw)
+	f.Add([]byte("a\nb"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := &collected{}
+		sh := NewShipper(c, "e", "-", nil, clock, nil, nil)
+		if err := sh.Stream(context.Background(), bytes.NewReader(data)); err != nil {
+			t.Fatalf("stream: %v", err)
+		}
+		if n, want := len(c.lines()), bytes.Count(data, []byte("\n")); n < want {
+			t.Fatalf("%d lines published, want at least %d", n, want)
+		}
+	})
+}

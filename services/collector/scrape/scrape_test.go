@@ -1,0 +1,180 @@
+package scrape
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/servescope/servescope/schema"
+)
+
+type collected struct {
+	mu     sync.Mutex
+	events []*schema.EngineSample
+}
+
+func (c *collected) Publish(e schema.Event) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = append(c.events, e.(*schema.EngineSample))
+	return nil
+}
+
+func (c *collected) all() []*schema.EngineSample {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*schema.EngineSample(nil), c.events...)
+}
+
+func serveFile(t *testing.T, name string) *httptest.Server {
+	t.Helper()
+	body, err := os.ReadFile("../promparse/testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestScrapeOK(t *testing.T) {
+	srv := serveFile(t, "vllm_v1_0_11.prom")
+	s, err := New(nil, &collected{}, Config{Interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := s.Scrape(context.Background(), Target{URL: srv.URL + "/metrics", Engine: "vllm-a"})
+	if len(evs) != 1 {
+		t.Fatalf("%d samples, want 1", len(evs))
+	}
+	e := evs[0]
+	if err := e.Validate(); err != nil {
+		t.Fatalf("invalid sample: %v", err)
+	}
+	if !e.Up || e.Engine != "vllm-a" || e.Model != "Qwen/Qwen2.5-7B-Instruct-AWQ" {
+		t.Errorf("up %v engine %q model %q", e.Up, e.Engine, e.Model)
+	}
+	if *e.NumRequestsRunning != 256 || *e.NumRequestsWaiting != 44 || *e.KVCacheUsagePerc != 0.28 {
+		t.Errorf("running %v waiting %v kv %v", *e.NumRequestsRunning, *e.NumRequestsWaiting, *e.KVCacheUsagePerc)
+	}
+	if h := e.Histograms["request_queue_time_seconds"]; h.Count != 1026 || h.Sum != 484.272 {
+		t.Errorf("queue histogram %+v", h)
+	}
+	if e.ScrapeDurationS == nil || *e.ScrapeDurationS <= 0 {
+		t.Errorf("scrape duration %v", e.ScrapeDurationS)
+	}
+}
+
+func TestScrapeDataParallel(t *testing.T) {
+	srv := serveFile(t, "vllm_v1_dp2.prom")
+	s, _ := New(nil, &collected{}, Config{})
+	evs := s.Scrape(context.Background(), Target{URL: srv.URL})
+	if len(evs) != 2 || evs[0].Engine != srv.URL+"#0" || evs[1].Engine != srv.URL+"#1" {
+		t.Fatalf("engines: %v", evs)
+	}
+	if *evs[1].NumRequestsRunning != 9 {
+		t.Errorf("engine 1 running %v", *evs[1].NumRequestsRunning)
+	}
+}
+
+func TestScrapeFailures(t *testing.T) {
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closedURL := closed.URL
+	closed.Close()
+	tests := []struct {
+		name    string
+		handler http.HandlerFunc
+		url     string
+		want    string
+	}{
+		{name: "HTTP 503", handler: func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "engine is starting", http.StatusServiceUnavailable)
+		}, want: "HTTP 503: engine is starting"},
+		{name: "unparsable body", handler: func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			_, _ = w.Write([]byte("vllm:num_requests_running{engine=\"0\" 3\n"))
+		}, want: "decode metrics"},
+		{name: "timeout", handler: func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(2 * time.Second):
+			}
+		}, want: "deadline exceeded"},
+		{name: "connection refused", url: closedURL, want: "connection refused"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			url := tc.url
+			if tc.handler != nil {
+				srv := httptest.NewServer(tc.handler)
+				defer srv.Close()
+				url = srv.URL
+			}
+			s, _ := New(nil, &collected{}, Config{Interval: 200 * time.Millisecond})
+			evs := s.Scrape(context.Background(), Target{URL: url})
+			if len(evs) != 1 {
+				t.Fatalf("%d samples, want 1", len(evs))
+			}
+			e := evs[0]
+			if e.Up || !strings.Contains(e.ScrapeError, tc.want) || e.NumRequestsRunning != nil {
+				t.Errorf("up %v error %q running %v; want down with %q", e.Up, e.ScrapeError, e.NumRequestsRunning, tc.want)
+			}
+			if err := e.Validate(); err != nil {
+				t.Errorf("invalid sample: %v", err)
+			}
+		})
+	}
+}
+
+// TestRunLoop runs two targets at a 50 ms interval, one up and one down, and checks that both keep
+// being sampled.
+func TestRunLoop(t *testing.T) {
+	up := serveFile(t, "vllm_v0_0_6.prom")
+	c := &collected{}
+	s, err := New([]Target{{URL: up.URL, Engine: "up"}, {URL: "http://127.0.0.1:1/metrics", Engine: "down"}}, c, Config{Interval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	if err := s.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, e := range c.all() {
+		if e.Up != (e.Engine == "up") {
+			t.Errorf("sample of %s has up=%v", e.Engine, e.Up)
+		}
+		count[e.Engine]++
+	}
+	if count["up"] < 5 || count["down"] < 5 {
+		t.Errorf("samples per target %v, want at least 5 each in 600 ms at 50 ms", count)
+	}
+}
+
+func TestParseTargets(t *testing.T) {
+	got, err := ParseTargets([]string{" http://a:8000/metrics ", "b=http://b:8000/metrics", ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] != (Target{URL: "http://a:8000/metrics"}) || got[1] != (Target{Engine: "b", URL: "http://b:8000/metrics"}) {
+		t.Errorf("got %+v", got)
+	}
+	if _, err := ParseTargets([]string{"a:8000/metrics"}); err == nil {
+		t.Error("a URL without scheme was accepted")
+	}
+	if _, err := New([]Target{{URL: "http://x"}, {URL: "http://x"}}, &collected{}, Config{}); err == nil {
+		t.Error("duplicate target accepted")
+	}
+}
