@@ -1,0 +1,325 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestTokenizerRoundTrip(t *testing.T) {
+	tok := NewTokenizer(152064)
+	tests := []string{
+		"The quick brown fox jumps over the lazy dog.",
+		"Serving systems batch requests; KV cache usage stays at 28%!",
+		"模型 推理 mixed with English",
+		"tabs\tand\nnewlines\n\n",
+		"UPPER lower MiXeD 12345",
+	}
+	for _, s := range tests {
+		ids := tok.Encode(s, false)
+		if got := tok.Decode(ids, false); got != s {
+			t.Errorf("round trip %q -> %q", s, got)
+		}
+		again := tok.Encode(s, false)
+		if len(again) != len(ids) {
+			t.Errorf("%q: not deterministic", s)
+		}
+		for _, id := range ids {
+			if id < 0 || id >= 152064 {
+				t.Fatalf("id %d out of vocabulary", id)
+			}
+		}
+	}
+	prose := strings.Repeat("Operators read the time to first token and compare it with a normal day of the same system. ", 20)
+	ratio := float64(len(prose)) / float64(len(tok.Encode(prose, false)))
+	if ratio < 3 || ratio > 6 {
+		t.Errorf("English prose at %.2f characters per token, want a BPE-like 3..6", ratio)
+	}
+	chat := tok.Encode(ApplyChatTemplate([]ChatMessage{{Role: "user", Content: "hi"}}, true), true)
+	if chat[0] != TokenIMStart || !contains(chat, TokenIMEnd) {
+		t.Errorf("chat template tokens %v lack the special tokens", chat)
+	}
+}
+
+func contains(ids []int, id int) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+func TestCostModelCalibration(t *testing.T) {
+	m := DefaultCostModel()
+	tests := []struct {
+		name string
+		w    Work
+		want float64 // seconds, from the reference's table (DESIGN §5)
+		tol  float64
+	}{
+		{"normal decode, 12 running", Work{DecodeTokens: 12, ContextTokens: 12 * 100}, 0.016, 0.002},
+		{"long output decode, 27 running", Work{DecodeTokens: 27, ContextTokens: 27 * 556}, 0.0265, 0.003},
+		{"overload decode, 256 running", Work{DecodeTokens: 256, ContextTokens: 256 * 108}, 0.156, 0.012},
+		{"uncached 2,843-token prefill", Work{PrefillTokens: 2843}, 1.55, 0.03},
+		{"44-token prefill beside 4 decodes", Work{DecodeTokens: 4, PrefillTokens: 44, ContextTokens: 400}, 0.036, 0.004},
+		{"cached 2,905-token prompt", Work{DecodeTokens: 3, PrefillTokens: 9, CachedTokens: 2896, ContextTokens: 3 * 2940}, 0.082, 0.006},
+	}
+	for _, tc := range tests {
+		if got := m.StepSeconds(tc.w); math.Abs(got-tc.want) > tc.tol {
+			t.Errorf("%s: %.4f s, want %.3f ± %.3f", tc.name, got, tc.want, tc.tol)
+		}
+	}
+}
+
+// recorder collects finished requests and crash reports.
+type recorder struct {
+	mu       sync.Mutex
+	finished []*Finished
+	crashes  []CrashInfo
+	preempt  int
+}
+
+func (r *recorder) StepDone(s StepStats) {
+	r.mu.Lock()
+	r.preempt += s.Preemptions
+	r.mu.Unlock()
+}
+func (r *recorder) RequestFinished(f *Finished) {
+	r.mu.Lock()
+	r.finished = append(r.finished, f)
+	r.mu.Unlock()
+}
+func (r *recorder) Stats(IntervalStats)  {}
+func (r *recorder) Crashed(c CrashInfo)  { r.mu.Lock(); r.crashes = append(r.crashes, c); r.mu.Unlock() }
+func (r *recorder) PrefixCache(int, int) {}
+
+func startEngine(t *testing.T, cfg Config) (*Engine, *recorder, chan error) {
+	t.Helper()
+	rec := &recorder{}
+	e := New(cfg, NewTokenizer(152064), NewClock(200), rec)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		errc <- e.Run(ctx)
+		close(done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("engine did not stop")
+		}
+	})
+	return e, rec, errc
+}
+
+func drain(t *testing.T, s *Seq) (*Finished, int, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n := 0
+	for {
+		toks, fin, done, err := s.Wait(ctx, nil)
+		n += len(toks)
+		if done || err != nil {
+			return fin, n, err
+		}
+	}
+}
+
+func prompt(tok *Tokenizer, text string) []int {
+	return tok.Encode(ApplyChatTemplate([]ChatMessage{{Role: "user", Content: text}}, true), true)
+}
+
+func TestSlotsAndFIFOQueue(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxNumSeqs = 2
+	e, _, _ := startEngine(t, cfg)
+	var seqs []*Seq
+	for i := 0; i < 4; i++ {
+		s, err := e.Submit(Request{ID: string(rune('a' + i)), PromptIDs: prompt(e.Tokenizer(), strings.Repeat("word ", 10+i)), MaxTokens: 20, IgnoreEOS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, s)
+	}
+	var fins []*Finished
+	for _, s := range seqs {
+		f, n, err := drain(t, s)
+		if err != nil || n != 20 || f.OutputTokens != 20 || f.FinishReason != "length" {
+			t.Fatalf("%s: %d tokens, %+v, %v", s.ID(), n, f, err)
+		}
+		fins = append(fins, f)
+	}
+	if fins[0].QueueS() != 0 || fins[1].QueueS() != 0 {
+		t.Errorf("first two requests queued %.3f / %.3f s with free slots", fins[0].QueueS(), fins[1].QueueS())
+	}
+	if fins[2].QueueS() <= 0 || fins[3].QueueS() <= 0 {
+		t.Errorf("third and fourth requests did not queue behind 2 slots: %.3f / %.3f s", fins[2].QueueS(), fins[3].QueueS())
+	}
+	if fins[2].Scheduled > fins[3].Scheduled {
+		t.Error("waiting queue is not FIFO")
+	}
+	for _, f := range fins {
+		if !(f.Arrival <= f.Queued && f.Queued <= f.Scheduled && f.Scheduled < f.FirstToken && f.FirstToken <= f.LastToken && f.LastToken == f.Finish) {
+			t.Errorf("timestamps out of order: %+v", f)
+		}
+		if math.Abs(f.TTFTS()+f.DecodeS()-f.E2ES()) > 1e-9 {
+			t.Errorf("TTFT + decode != E2E: %+v", f)
+		}
+	}
+}
+
+func TestPrefixCacheServesRepeatedPrompt(t *testing.T) {
+	e, _, _ := startEngine(t, DefaultConfig())
+	p := prompt(e.Tokenizer(), strings.Repeat("The prefix cache keeps full blocks of a prompt. ", 30))
+	var fins []*Finished
+	for i := 0; i < 2; i++ {
+		s, err := e.Submit(Request{ID: "p", PromptIDs: p, MaxTokens: 2, IgnoreEOS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, _, err := drain(t, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fins = append(fins, f)
+	}
+	want := (len(p) - 1) / 16 * 16
+	if fins[0].CachedTokens != 0 || fins[1].CachedTokens != want {
+		t.Fatalf("cached tokens %d then %d, want 0 then %d (full blocks, last token recomputed)", fins[0].CachedTokens, fins[1].CachedTokens, want)
+	}
+	if fins[1].PrefillS() >= fins[0].PrefillS()/2 {
+		t.Errorf("cached prefill %.3f s is not much faster than uncached %.3f s", fins[1].PrefillS(), fins[0].PrefillS())
+	}
+}
+
+func TestPreemptionWhenKVRunsOut(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.KVCacheTokens = 1024
+	cfg.MaxModelLen = 1024
+	e, rec, _ := startEngine(t, cfg)
+	var seqs []*Seq
+	for i := 0; i < 6; i++ {
+		s, err := e.Submit(Request{ID: "k", PromptIDs: prompt(e.Tokenizer(), strings.Repeat("x", 40+i)), MaxTokens: 300, IgnoreEOS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, s)
+	}
+	for _, s := range seqs {
+		f, n, err := drain(t, s)
+		if err != nil || n != 300 || f.OutputTokens != 300 {
+			t.Fatalf("%d tokens, %+v, %v", n, f, err)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.preempt == 0 {
+		t.Error("no preemption although 6 × ~320 tokens exceed 1,024 KV tokens")
+	}
+	if g := e.Gauges(); g.KVCacheUsage != 0 || g.Running != 0 {
+		t.Errorf("gauges after the run: %+v", g)
+	}
+}
+
+func TestNaturalStop(t *testing.T) {
+	e, _, _ := startEngine(t, DefaultConfig())
+	s, err := e.Submit(Request{ID: "n", PromptIDs: prompt(e.Tokenizer(), "Tell me a story."), MaxTokens: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, n, err := drain(t, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.FinishReason != "stop" || n != f.OutputTokens || n < 32 || n >= 1025 {
+		t.Fatalf("finish %q after %d tokens", f.FinishReason, n)
+	}
+}
+
+func TestCrashWhenRunningExceedsLimit(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.CrashAtRunning = 3
+	e, rec, errc := startEngine(t, cfg)
+	var seqs []*Seq
+	for i := 0; i < 6; i++ {
+		s, err := e.Submit(Request{ID: "c", PromptIDs: prompt(e.Tokenizer(), "hello"), MaxTokens: 500, IgnoreEOS: true})
+		if errors.Is(err, ErrEngineDead) {
+			break // it may die before the last submissions
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, s)
+	}
+	var crash *CrashError
+	select {
+	case err := <-errc:
+		if !errors.As(err, &crash) {
+			t.Fatalf("Run returned %v, want *CrashError", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("engine did not crash")
+	}
+	if crash.Info.Running != 4 || crash.Info.RequestedBytes != 4*152064*4 {
+		t.Fatalf("crash %+v, want 4 running and 4 × 152064 × 4 bytes", crash.Info)
+	}
+	rec.mu.Lock()
+	if len(rec.crashes) != 1 {
+		t.Errorf("%d crash reports", len(rec.crashes))
+	}
+	rec.mu.Unlock()
+	for _, s := range seqs {
+		if _, _, err := drain(t, s); !errors.Is(err, ErrEngineDead) {
+			t.Errorf("in-flight request ended with %v, want ErrEngineDead", err)
+		}
+	}
+	if _, err := e.Submit(Request{PromptIDs: []int{1}, MaxTokens: 1}); !errors.Is(err, ErrEngineDead) {
+		t.Errorf("Submit after the crash: %v", err)
+	}
+	select {
+	case <-e.Dead():
+	default:
+		t.Error("Dead() not closed")
+	}
+}
+
+func TestAbort(t *testing.T) {
+	e, rec, _ := startEngine(t, DefaultConfig())
+	s, err := e.Submit(Request{ID: "ab", PromptIDs: prompt(e.Tokenizer(), "hi"), MaxTokens: 3000, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, _, err := s.Wait(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.Abort(s)
+	if _, _, err := drain(t, s); !errors.Is(err, ErrAborted) {
+		t.Fatalf("aborted request ended with %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		rec.mu.Lock()
+		n := len(rec.finished)
+		rec.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.finished) != 1 || rec.finished[0].FinishReason != "abort" {
+		t.Fatalf("finished %+v", rec.finished)
+	}
+}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/servescope/servescope/services/loadgen/load"
+	"github.com/servescope/servescope/services/vllmsim/vllmlog"
+)
+
+// TestMain lets tests run the real vllmsim binary: the test binary re-executes itself with
+// VLLMSIM_TEST_MAIN=1 and runs main's run() instead of the tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("VLLMSIM_TEST_MAIN") == "1" {
+		os.Exit(run(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+func startBinary(t *testing.T, logFile string, args ...string) (*exec.Cmd, string) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, append([]string{"--listen", "127.0.0.1:0", "--log-file", logFile}, args...)...)
+	cmd.Env = append(os.Environ(), "VLLMSIM_TEST_MAIN=1")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	// The start-up line names the address it listens on.
+	re := regexp.MustCompile(`Starting vLLM API server 0 on (http://\S+)`)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(logFile)
+		if m := re.FindSubmatch(b); m != nil {
+			return cmd, string(m[1])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("vllmsim did not start")
+	return nil, ""
+}
+
+// TestCrashUnderLoad drives the overload scenario into a simulator that dies when running exceeds
+// 192: the log must hold vLLM's stats lines, the sampler traceback and torch's OOM line whose size
+// is running × vocabulary × 4 bytes as torch rounds and prints it, and the process must exit
+// non-zero.
+func TestCrashUnderLoad(t *testing.T) {
+	logFile := filepath.Join(t.TempDir(), "vllm.log")
+	cmd, url := startBinary(t, logFile, "--time-scale", "10", "--crash-at-running", "192")
+	rep, err := load.Run(context.Background(), load.Config{Target: url, Scenario: "overload", TimeScale: 10, RequestTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Failed == 0 {
+		t.Fatalf("no request failed although the engine died: %+v", rep.Errors)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if cmd.ProcessState.ExitCode() == 0 {
+			t.Fatalf("vllmsim exited 0 after the crash (%v)", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("vllmsim still running after the crash")
+	}
+	t.Logf("errors counted by loadgen: %v", rep.Errors)
+
+	f, err := os.Open(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	statsRE := regexp.MustCompile(`^\(APIServer pid=\d+\) INFO \d\d-\d\d \d\d:\d\d:\d\d \[loggers\.py:\d+\] Engine 000: Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: [\d.]+ tokens/s, Running: (\d+) reqs, Waiting: (\d+) reqs, GPU KV cache usage: ([\d.]+)%, Prefix cache hit rate: [\d.]+%$`)
+	oomRE := regexp.MustCompile(`^\(EngineCore_DP0 pid=\d+\) ERROR \d\d-\d\d \d\d:\d\d:\d\d \[core\.py:\d+\] torch\.OutOfMemoryError: CUDA out of memory\. Tried to allocate ([\d.]+ MiB)\. GPU 0 has a total capacity of 11\.63 GiB of which 84\.88 MiB is free\.`)
+	var lastRunning, stats int
+	var oom string
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		lines = append(lines, line)
+		if m := statsRE.FindStringSubmatch(line); m != nil && oom == "" {
+			stats++
+			lastRunning, _ = strconv.Atoi(m[1])
+		}
+		if m := oomRE.FindStringSubmatch(line); m != nil {
+			oom = m[1]
+		}
+	}
+	if stats < 2 {
+		t.Fatalf("%d stats lines before the crash:\n%s", stats, strings.Join(lines, "\n"))
+	}
+	if oom == "" {
+		t.Fatalf("no OOM line:\n%s", strings.Join(lines, "\n"))
+	}
+	if lastRunning != 193 {
+		t.Errorf("last stats line before the crash shows %d running, want 193", lastRunning)
+	}
+	want := vllmlog.FormatSize(vllmlog.AllocationSize(int64(lastRunning) * 152064 * 4))
+	if oom != want || oom != "112.00 MiB" {
+		t.Errorf("OOM allocates %s, want %s for %d running × 152064 × 4 bytes", oom, want, lastRunning)
+	}
+	text := strings.Join(lines, "\n")
+	for _, s := range []string{
+		`vllm/v1/sample/sampler.py", line 246, in apply_penalties`,
+		"    logits -= frequency_penalties.unsqueeze(dim=1) * output_bin_counts",
+		"EngineCore encountered a fatal error.",
+		"vllm.v1.engine.exceptions.EngineDeadError",
+	} {
+		if !strings.Contains(text, s) {
+			t.Errorf("log lacks %q", s)
+		}
+	}
+	fmt.Fprintln(os.Stderr, "crash log tail:")
+	for _, l := range lines[max(0, len(lines)-4):] {
+		fmt.Fprintln(os.Stderr, "  ", l)
+	}
+}
+
+func TestConfigFromEnvAndFlags(t *testing.T) {
+	t.Setenv("VLLMSIM_MAX_NUM_SEQS", "128")
+	t.Setenv("VLLMSIM_MODEL", "env/model")
+	c, err := loadConfig([]string{"--model", "flag/model", "--time-scale", "3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxNumSeqs != 128 || c.Model != "flag/model" || c.TimeScale != 3 || c.Listen != ":8000" || c.VocabSize != 152064 || c.MaxModelLen != 4096 {
+		t.Fatalf("config %+v", c)
+	}
+	if _, err := loadConfig([]string{"--time-scale", "0"}); err == nil {
+		t.Fatal("time scale 0 accepted")
+	}
+	t.Setenv("VLLMSIM_MAX_NUM_SEQS", "many")
+	if _, err := loadConfig(nil); err == nil {
+		t.Fatal("bad env value accepted")
+	}
+}
