@@ -1,0 +1,212 @@
+// Package app wires the consumer: configuration, connections to NATS and ClickHouse, the
+// durable consumer, the pipeline and the metrics/health HTTP server.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/servescope/servescope/services/consumer/pipeline"
+	"github.com/servescope/servescope/services/consumer/sink"
+	"github.com/servescope/servescope/services/internal/bus"
+	"github.com/servescope/servescope/services/internal/chstore"
+	"github.com/servescope/servescope/services/internal/config"
+)
+
+// Config is the consumer's configuration, read from the environment with config.Load.
+type Config struct {
+	// Durable is the durable consumer's name; every instance with the same name shares the work.
+	Durable string `env:"CONSUMER_DURABLE" envDefault:"servescope-writer"`
+	// BatchRows is the row count at which a table's batch is inserted.
+	BatchRows int `env:"CONSUMER_BATCH_ROWS" envDefault:"10000"`
+	// FlushInterval is the longest a row waits in a batch before the batch is inserted.
+	FlushInterval time.Duration `env:"CONSUMER_FLUSH_INTERVAL" envDefault:"1s"`
+	// MetricsAddr is where /metrics, /healthz and /readyz are served.
+	MetricsAddr string `env:"CONSUMER_METRICS_ADDR" envDefault:":9101"`
+	// NATS and ClickHouse are the shared SERVESCOPE_NATS_* and SERVESCOPE_CLICKHOUSE_* settings.
+	NATS       config.NATS
+	ClickHouse config.ClickHouse
+}
+
+// Settings returns the pipeline settings of c.
+func (c *Config) Settings() pipeline.Settings {
+	return pipeline.Settings{Durable: c.Durable, BatchRows: c.BatchRows, FlushInterval: c.FlushInterval}
+}
+
+// Validate implements config.Validator.
+func (c *Config) Validate() error {
+	if c.MetricsAddr == "" {
+		return fmt.Errorf("CONSUMER_METRICS_ADDR: must be host:port or :port")
+	}
+	return c.Settings().Validate()
+}
+
+// retryDelay bounds the backoff while waiting for NATS or ClickHouse at start.
+const retryDelayMax = 10 * time.Second
+
+// Run runs the consumer until ctx ends, then shuts down gracefully: stop fetching, insert and
+// acknowledge what was fetched, exit. ln serves the HTTP endpoints; nil means listen on
+// cfg.MetricsAddr. It returns an error only for what retrying cannot fix: a listen failure,
+// invalid credentials files, or missing tables (run `servescope migrate up`).
+func Run(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) error {
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			return fmt.Errorf("listen on CONSUMER_METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := pipeline.NewMetrics(reg)
+
+	var (
+		running atomic.Bool
+		pipe    atomic.Pointer[pipeline.Pipeline]
+		nc      atomic.Pointer[nats.Conn]
+	)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		var why string
+		switch c, p := nc.Load(), pipe.Load(); {
+		case !running.Load() || p == nil:
+			why = "starting"
+		case c == nil || !c.IsConnected():
+			why = "NATS disconnected"
+		case !p.SinkHealthy():
+			why = "ClickHouse inserts failing"
+		}
+		if why != "" {
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "error", err)
+		}
+	}()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
+
+	conn, err := cfg.NATS.Connect("servescope-consumer",
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.ReconnectWait(time.Second),
+		nats.ReconnectJitter(500*time.Millisecond, 2*time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil when the connection is closed on shutdown
+				log.Warn("NATS disconnected, reconnecting", "error", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrl()) }),
+	)
+	if err != nil {
+		return err
+	}
+	nc.Store(conn)
+	defer conn.Close()
+	js, err := jetstream.New(conn)
+	if err != nil {
+		return fmt.Errorf("JetStream context: %w", err)
+	}
+	topo := bus.FromConfig(&cfg.NATS)
+	set := cfg.Settings()
+
+	if !retry(ctx, log, "provision JetStream streams", func(ctx context.Context) error {
+		return bus.Provision(ctx, js, topo, bus.Settings(&cfg.NATS))
+	}) {
+		return nil
+	}
+	var cons jetstream.Consumer
+	if !retry(ctx, log, "create durable consumer "+set.Durable, func(ctx context.Context) error {
+		cons, err = js.CreateOrUpdateConsumer(ctx, topo.Stream(), pipeline.ConsumerConfig(topo, set))
+		return err
+	}) {
+		return nil
+	}
+	var ch driver.Conn
+	var fatal error
+	if !retry(ctx, log, "connect to ClickHouse", func(ctx context.Context) error {
+		c, err := chstore.Open(ctx, cfg.ClickHouse)
+		if err != nil {
+			return err
+		}
+		if err := sink.New(c).Check(ctx); err != nil {
+			_ = c.Close()
+			if errors.Is(err, sink.ErrMissingTables) {
+				fatal = fmt.Errorf("ClickHouse database %s: %w", cfg.ClickHouse.Database, err)
+				return nil
+			}
+			return err
+		}
+		ch = c
+		return nil
+	}) {
+		return nil
+	}
+	if fatal != nil {
+		return fatal
+	}
+	defer ch.Close()
+
+	p := pipeline.New(set, topo, js, cons, sink.New(ch), metrics, log)
+	pipe.Store(p)
+	running.Store(true)
+	log.Info("consuming", "stream", topo.Stream(), "durable", set.Durable, "batch_rows", set.BatchRows,
+		"flush_interval", set.FlushInterval, "max_ack_pending", set.MaxAckPending(), "ack_wait", set.AckWait(),
+		"clickhouse_database", cfg.ClickHouse.Database)
+	err = p.Run(ctx)
+	running.Store(false)
+	// The last acks sit in the connection's buffer; make sure the server has them before closing.
+	if ferr := conn.FlushTimeout(5 * time.Second); ferr != nil {
+		log.Warn("flush acknowledgements to NATS", "error", ferr)
+	}
+	log.Info("stopped", "acked", p.Acked(), "rows_inserted", p.Inserted())
+	return err
+}
+
+// retry runs f with capped exponential backoff until it succeeds (true) or ctx ends (false).
+func retry(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) bool {
+	delay := 250 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		err := f(actx)
+		cancel()
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		log.Warn(what+" failed, retrying", "retry_in", delay, "error", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		delay = min(2*delay, retryDelayMax)
+	}
+}

@@ -1,0 +1,320 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/servescope/servescope/schema"
+	"github.com/servescope/servescope/services/consumer/sink"
+	"github.com/servescope/servescope/services/internal/bus"
+	"github.com/servescope/servescope/services/internal/chstore"
+	"github.com/servescope/servescope/services/internal/config"
+	"github.com/servescope/servescope/services/internal/testenv"
+)
+
+// consumerBinary builds the consumer binary (package main of services/consumer) once per test
+// run, without the race detector, as a deployment runs it.
+var consumerBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "servescope-consumer-test-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "consumer")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/servescope/servescope/services/consumer")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build consumer: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func buildConsumer(t *testing.T) string {
+	t.Helper()
+	bin, err := consumerBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// processEnv is the environment of a consumer process on the test's stream and database.
+func processEnv(natsCfg config.NATS, chCfg config.ClickHouse) map[string]string {
+	return map[string]string{
+		"SERVESCOPE_NATS_URL":            natsCfg.URL,
+		"SERVESCOPE_SUBJECT_PREFIX":      natsCfg.SubjectPrefix,
+		"SERVESCOPE_CLICKHOUSE_ADDR":     strings.Join(chCfg.Addr, ","),
+		"SERVESCOPE_CLICKHOUSE_DATABASE": chCfg.Database,
+		"CONSUMER_METRICS_ADDR":          "127.0.0.1:0",
+		"CONSUMER_FLUSH_INTERVAL":        "200ms",
+	}
+}
+
+// metricsAddr waits for the process to log the address it serves /metrics on.
+func (p *consumerProcess) metricsAddr(t *testing.T) string {
+	t.Helper()
+	var addr string
+	waitFor(t, 30*time.Second, func() string {
+		b, _ := os.ReadFile(p.log)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "serving /metrics") {
+				if _, a, ok := strings.Cut(line, "addr="); ok {
+					addr = strings.TrimSpace(a)
+					return ""
+				}
+			}
+		}
+		return "consumer has not logged its metrics address"
+	})
+	return addr
+}
+
+// consumerProcess is the consumer binary running as a child process.
+type consumerProcess struct {
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+func startProcess(t *testing.T, bin string, env map[string]string) *consumerProcess {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "consumer.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(bin)
+	cmd.Env = os.Environ()
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start consumer: %v", err)
+	}
+	p := &consumerProcess{cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.signal(syscall.SIGKILL)
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("consumer log:\n%s", b)
+		}
+	})
+	return p
+}
+
+func (p *consumerProcess) signal(sig syscall.Signal) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(sig)
+	<-p.done
+}
+
+// kill -9 of the consumer in the middle of 100,000 events, then a restart: no loss, no duplicate.
+func TestKill9ThenRestart(t *testing.T) {
+	t.Parallel()
+	bin := buildConsumer(t)
+	js, topo, natsCfg := testenv.JetStream(t)
+	conn, chCfg := testenv.ClickHouse(t)
+	const n = 100_000
+	want := publishEvents(t, js, topo, schema.Kinds(), 0, n, time.Now().Add(-time.Hour))
+	env := processEnv(natsCfg, chCfg)
+	env["CONSUMER_BATCH_ROWS"] = "5000"
+	total := func() uint64 {
+		var sum uint64
+		for _, k := range schema.Kinds() {
+			table, _ := sink.TableFor(k)
+			sum += count(t, conn, "SELECT count() FROM "+table)
+		}
+		return sum
+	}
+	first := startProcess(t, bin, env)
+	waitFor(t, 60*time.Second, func() string {
+		if got := total(); got < 20_000 {
+			return fmt.Sprintf("%d rows so far, waiting for 20000 before the kill", got)
+		}
+		return ""
+	})
+	first.signal(syscall.SIGKILL)
+	atKill := total()
+	if atKill >= n {
+		t.Fatalf("all %d rows landed before the kill; the test needs a consumer killed mid-way", atKill)
+	}
+	_, held, _ := lag(t, js, topo, "servescope-writer")
+	t.Logf("killed with %d rows stored and %d messages delivered but unacknowledged", atKill, held)
+
+	second := startProcess(t, bin, env)
+	// Unacknowledged messages of the killed process come back after AckWait (30 s).
+	waitFor(t, 180*time.Second, func() string {
+		if why := drained(t, js, topo); why != "" {
+			return why
+		}
+		return landed(t, conn, want)
+	})
+	second.signal(syscall.SIGTERM)
+	for _, k := range schema.Kinds() {
+		table, _ := sink.TableFor(k)
+		if u := count(t, conn, "SELECT uniqExact(event_id) FROM "+table); u != uint64(want[k]) {
+			t.Errorf("%s: %d distinct events, want %d", table, u, want[k])
+		}
+	}
+	raw := total()
+	t.Logf("stored %d rows for %d events before merging: %d copies from the kill, collapsed by FINAL", raw, n, raw-n)
+	select {
+	case <-second.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("consumer did not exit within 30 s of SIGTERM")
+	}
+	if code := second.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("consumer exit status after SIGTERM = %d, want 0", code)
+	}
+}
+
+// The ClickHouse server stopped for 20 s during ingest, then started: every row lands, readiness
+// is false during the outage, and retries back off instead of spinning.
+func TestClickHouseOutage(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartClickHouse(t)
+	chCfg := testenv.ClickHouseConfig(t)
+	chCfg.Addr = []string{srv.Addr()}
+	chCfg.Database = "servescope"
+	ctx := context.Background()
+	if err := chstore.Migrate(ctx, chCfg); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := chstore.Open(ctx, chCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	js, topo, natsCfg := testenv.JetStream(t)
+	cfg := testConfig(natsCfg, chCfg)
+	addr, stop := startConsumer(t, cfg)
+	base := time.Now().Add(-time.Hour)
+
+	want := map[schema.Kind]int{}
+	var mu sync.Mutex
+	add := func(c map[schema.Kind]int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for k, v := range c {
+			want[k] += v
+		}
+	}
+	add(publishEvents(t, js, topo, schema.Kinds(), 0, 6_000, base))
+	waitFor(t, 60*time.Second, func() string { return landed(t, conn, want) })
+
+	// Publish steadily through the outage: 60 rounds of 200 events, 0.5 s apart.
+	pubDone := make(chan struct{})
+	go func() {
+		defer close(pubDone)
+		for r := range 60 {
+			add(publishEvents(t, js, topo, schema.Kinds(), 6_000+r*200, 200, base))
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+	time.Sleep(2 * time.Second)
+	srv.Stop()
+	stoppedAt := time.Now()
+	waitFor(t, 15*time.Second, func() string {
+		if code, _ := httpStatus(t, addr, "/readyz"); code != http.StatusServiceUnavailable {
+			return fmt.Sprintf("/readyz = %d during the outage, want 503", code)
+		}
+		return ""
+	})
+	_, held, _ := lag(t, js, topo, cfg.Durable)
+	time.Sleep(20*time.Second - time.Since(stoppedAt))
+	errs := scrape(t, addr, "servescope_consumer_insert_errors_total")
+	srv.Start()
+	t.Logf("outage: %d messages held unacknowledged 2 s in, %v failed insert attempts in 20 s", held, errs)
+	if errs < 2 || errs > 60 {
+		t.Errorf("%v failed insert attempts during a 20 s outage: want a few (capped backoff), not a busy loop", errs)
+	}
+	<-pubDone
+	mu.Lock()
+	final := maps.Clone(want)
+	mu.Unlock()
+	waitFor(t, 120*time.Second, func() string {
+		if why := drained(t, js, topo); why != "" {
+			return why
+		}
+		return landed(t, conn, final)
+	})
+	waitFor(t, 10*time.Second, func() string {
+		if code, body := httpStatus(t, addr, "/readyz"); code != http.StatusOK {
+			return "/readyz after recovery: " + strconv.Itoa(code) + " " + body
+		}
+		return ""
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The NATS server stopped for a few seconds during ingest, then started: the consumer reconnects
+// by itself and every event lands exactly once (to FINAL).
+func TestNATSOutage(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartNATS(t)
+	natsCfg := testenv.NATSConfig(t)
+	natsCfg.URL = srv.URL()
+	natsCfg.SubjectPrefix = testenv.UniqueName("t")
+	nc, err := natsCfg.Connect(t.Name(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo := bus.FromConfig(&natsCfg)
+	ctx := context.Background()
+	if err := bus.Provision(ctx, js, topo, bus.Settings(&natsCfg)); err != nil {
+		t.Fatal(err)
+	}
+	conn, chCfg := testenv.ClickHouse(t)
+	addr, stop := startConsumer(t, testConfig(natsCfg, chCfg))
+	base := time.Now().Add(-time.Hour)
+	want := publishEvents(t, js, topo, schema.Kinds(), 0, 6000, base)
+	waitFor(t, 60*time.Second, func() string { return landed(t, conn, want) })
+
+	srv.Stop()
+	waitFor(t, 15*time.Second, func() string {
+		if code, _ := httpStatus(t, addr, "/readyz"); code != http.StatusServiceUnavailable {
+			return fmt.Sprintf("/readyz = %d while NATS is down, want 503", code)
+		}
+		return ""
+	})
+	time.Sleep(3 * time.Second)
+	srv.Start()
+	for k, v := range publishEvents(t, js, topo, schema.Kinds(), 6000, 6000, base) {
+		want[k] += v
+	}
+	waitFor(t, 120*time.Second, func() string {
+		if why := drained(t, js, topo); why != "" {
+			return why
+		}
+		return landed(t, conn, want)
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}

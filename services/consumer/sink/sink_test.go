@@ -1,0 +1,201 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/servescope/servescope/schema"
+	"github.com/servescope/servescope/services/consumer/internal/eventgen"
+	"github.com/servescope/servescope/services/internal/testenv"
+)
+
+// The column lists must be exactly the tables' columns (in order, without ingested_at, which
+// keeps its DEFAULT): a column added by a migration and not mapped here would silently stay empty.
+func TestTableColumnsMatchMigration(t *testing.T) {
+	t.Parallel()
+	conn, _ := testenv.ClickHouse(t)
+	ctx := context.Background()
+	s := New(conn)
+	for _, tbl := range Tables() {
+		rows, err := conn.Query(ctx, "SELECT name FROM system.columns WHERE database = currentDatabase() AND table = ? AND name != 'ingested_at' ORDER BY position", tbl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, n)
+		}
+		rows.Close()
+		want, ok := s.Columns(tbl)
+		if !ok {
+			t.Fatalf("no columns for %s", tbl)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: migration has columns\n%v\nsink writes\n%v", tbl, got, want)
+		}
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Errorf("Check on a migrated database: %v", err)
+	}
+}
+
+func TestCheckNamesMissingTables(t *testing.T) {
+	t.Parallel()
+	conn, _ := testenv.ClickHouse(t)
+	ctx := context.Background()
+	if err := conn.Exec(ctx, "DROP TABLE engine_logs SYNC"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Exec(ctx, "ALTER TABLE requests DROP COLUMN ttft_s"); err != nil {
+		t.Fatal(err)
+	}
+	err := New(conn).Check(ctx)
+	if !errors.Is(err, ErrMissingTables) {
+		t.Fatalf("Check = %v, want ErrMissingTables", err)
+	}
+	for _, want := range []string{"table engine_logs", "column requests.ttft_s", "servescope migrate up"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Check error %q does not name %q", err, want)
+		}
+	}
+}
+
+// Every kind round-trips: the row read back holds the event's values, NULL for absent ones.
+func TestInsertEventsEveryKind(t *testing.T) {
+	t.Parallel()
+	conn, _ := testenv.ClickHouse(t)
+	ctx := context.Background()
+	s := New(conn)
+	base := time.Now().Add(-time.Minute).UTC()
+	for _, k := range schema.Kinds() {
+		events := []schema.Event{eventgen.Event(k, 1, base), eventgen.Event(k, 2, base)}
+		// Decode what was encoded, as the consumer does, so the row holds the wire values.
+		for i, e := range events {
+			d, err := schema.Decode(schema.Subject(k), eventgen.Encode(e))
+			if err != nil {
+				t.Fatal(err)
+			}
+			events[i] = d
+		}
+		if err := s.InsertEvents(ctx, k, events, Token(string(k), []string{events[0].Head().EventID, events[1].Head().EventID})); err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+	var (
+		ttft     *float64
+		tpot     *float64
+		status   uint16
+		finished time.Time
+	)
+	row := conn.QueryRow(ctx, "SELECT ttft_s, tpot_s, status_code, finished_ts FROM requests ORDER BY request_id LIMIT 1")
+	if err := row.Scan(&ttft, &tpot, &status, &finished); err != nil {
+		t.Fatal(err)
+	}
+	want := eventgen.RequestFinished(1, base)
+	if ttft == nil || *ttft != *want.TTFTS || tpot != nil || status != 200 || !finished.Equal(want.FinishedTS) {
+		t.Errorf("requests row: ttft=%v tpot=%v status=%d finished=%s, want ttft=%v tpot=NULL status=200 finished=%s", ttft, tpot, status, finished, *want.TTFTS, want.FinishedTS)
+	}
+	var ids []string
+	var scores []float64
+	var top *float64
+	if err := conn.QueryRow(ctx, "SELECT passage_ids, retrieval_scores, retrieval_top_score FROM app_records ORDER BY request_id LIMIT 1").Scan(&ids, &scores, &top); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 2 || ids[0] != "doc-1#3" || len(scores) != 2 || scores[0] != 0.82 || top == nil || *top != 0.82 {
+		t.Errorf("app_records row: ids=%v scores=%v top=%v", ids, scores, top)
+	}
+	var le float64
+	var sum float64
+	var start *time.Time
+	if err := conn.QueryRow(ctx, "SELECT histogram_buckets['time_to_first_token_seconds'][3].le, histogram_sum['time_to_first_token_seconds'] FROM engine_samples LIMIT 1").Scan(&le, &sum); err != nil {
+		t.Fatal(err)
+	}
+	if !math.IsInf(le, 1) || sum != 12.5 {
+		t.Errorf("engine_samples: last bucket le=%v sum=%v, want +Inf and 12.5", le, sum)
+	}
+	if err := conn.QueryRow(ctx, "SELECT start_ts FROM engine_spans LIMIT 1").Scan(&start); err != nil {
+		t.Fatal(err)
+	}
+	if start == nil {
+		t.Errorf("engine_spans.start_ts is NULL, want the span start")
+	}
+	for _, tbl := range Tables()[:6] {
+		var n uint64
+		if err := conn.QueryRow(ctx, "SELECT count() FROM "+tbl).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 2 {
+			t.Errorf("%s holds %d rows, want 2", tbl, n)
+		}
+	}
+}
+
+// A batch retried with the same token (the insert's outcome was unknown) is stored once; the
+// same rows under another token (a redelivery batched differently) are stored again and
+// collapsed by FINAL.
+func TestInsertDeduplication(t *testing.T) {
+	t.Parallel()
+	conn, _ := testenv.ClickHouse(t)
+	ctx := context.Background()
+	s := New(conn)
+	base := time.Now().Add(-time.Minute).UTC()
+	var events []schema.Event
+	var ids []string
+	for i := range 100 {
+		e := eventgen.Event(schema.KindRequestFinished, i, base)
+		events = append(events, e)
+		ids = append(ids, e.Head().EventID)
+	}
+	tok := Token(TableRequests, ids)
+	for range 3 {
+		if err := s.InsertEvents(ctx, schema.KindRequestFinished, events, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(q string) uint64 {
+		var n uint64
+		if err := conn.QueryRow(ctx, q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count("SELECT count() FROM requests"); n != 100 {
+		t.Errorf("after 3 inserts with one token: %d rows, want 100", n)
+	}
+	if err := s.InsertEvents(ctx, schema.KindRequestFinished, events[:50], Token(TableRequests, ids[:50])); err != nil {
+		t.Fatal(err)
+	}
+	if n := count("SELECT count() FROM requests FINAL"); n != 100 {
+		t.Errorf("FINAL after a re-batched redelivery: %d rows, want 100", n)
+	}
+	errs := []IngestError{{TS: base, Subject: "x.v1.request.finished", StreamSeq: 7, Reason: "invalid_json: boom", Payload: []byte("{")}}
+	for range 2 {
+		if err := s.InsertErrors(ctx, errs, ErrorsToken(errs)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count("SELECT count() FROM ingest_errors"); n != 1 {
+		t.Errorf("ingest_errors: %d rows, want 1", n)
+	}
+}
+
+func TestTokenDependsOnEveryKey(t *testing.T) {
+	a := Token("requests", []string{"a", "b"})
+	for _, other := range []string{Token("requests", []string{"a"}), Token("requests", []string{"b", "a"}), Token("requests", []string{"ab"}), Token("app_records", []string{"a", "b"})} {
+		if other == a {
+			t.Errorf("token collision: %s", a)
+		}
+	}
+	if Token("requests", []string{"a", "b"}) != a {
+		t.Error("token is not deterministic")
+	}
+}
