@@ -93,6 +93,9 @@ func JetStream(t testing.TB) (jetstream.JetStream, bus.Topology, config.NATS) {
 	}
 	cfg := NATSConfig(t)
 	cfg.SubjectPrefix = UniqueName("t")
+	// JetStream reserves a stream's max_bytes on the server up front: parallel tests at the
+	// production default (10 GiB) exhaust the server's storage reservation (err 10047).
+	cfg.StreamMaxBytes = 256 << 20
 	topo := bus.Topology{Prefix: cfg.SubjectPrefix}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

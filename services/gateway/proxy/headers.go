@@ -1,0 +1,117 @@
+package proxy
+
+import (
+	"encoding/hex"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+)
+
+// Headers the gateway reads and sets.
+const (
+	// HeaderRequestID carries the request id: the client's, or a KSUID the gateway made.
+	HeaderRequestID = "X-Request-Id"
+	// HeaderTraceparent is the W3C trace context header.
+	HeaderTraceparent = "Traceparent"
+)
+
+// hopHeaders are connection-level headers a proxy must not forward (RFC 9110 §7.6.1).
+var hopHeaders = map[string]bool{
+	"Connection":          true,
+	"Proxy-Connection":    true,
+	"Keep-Alive":          true,
+	"Proxy-Authenticate":  true,
+	"Proxy-Authorization": true,
+	"Te":                  true,
+	"Trailer":             true,
+	"Transfer-Encoding":   true,
+	"Upgrade":             true,
+}
+
+// copyHeaders copies src into dst without hop-by-hop headers, including those that src's
+// Connection header names.
+func copyHeaders(dst, src http.Header) {
+	var named []string
+	if c := src["Connection"]; len(c) > 0 {
+		for _, v := range c {
+			for _, f := range strings.Split(v, ",") {
+				if f = strings.TrimSpace(f); f != "" {
+					named = append(named, http.CanonicalHeaderKey(f))
+				}
+			}
+		}
+	}
+	for k, vv := range src {
+		if hopHeaders[k] {
+			continue
+		}
+		skip := false
+		for _, n := range named {
+			if n == k {
+				skip = true
+				break
+			}
+		}
+		if skip {
+			continue
+		}
+		dst[k] = vv
+	}
+}
+
+// traceparent returns the traceparent to forward and its trace id: the client's when it is a
+// valid version-00 header, otherwise a new one with random ids, sampled.
+func traceparent(in string) (header, traceID string) {
+	if validTraceparent(in) {
+		return in, in[3:35]
+	}
+	var b [24]byte
+	for {
+		putUint64(b[0:8], rand.Uint64())
+		putUint64(b[8:16], rand.Uint64())
+		putUint64(b[16:24], rand.Uint64())
+		// All-zero trace or span ids are invalid; astronomically unlikely, but cheap to rule out.
+		if !allZero(b[0:16]) && !allZero(b[16:24]) {
+			break
+		}
+	}
+	var out [55]byte
+	copy(out[0:3], "00-")
+	hex.Encode(out[3:35], b[0:16])
+	out[35] = '-'
+	hex.Encode(out[36:52], b[16:24])
+	copy(out[52:55], "-01")
+	s := string(out[:])
+	return s, s[3:35]
+}
+
+// validTraceparent checks the W3C shape 00-<32 hex>-<16 hex>-<2 hex> with non-zero ids.
+func validTraceparent(s string) bool {
+	if len(s) != 55 || s[0:3] != "00-" || s[35] != '-' || s[52] != '-' {
+		return false
+	}
+	for i, c := range []byte(s) {
+		if i == 2 || i == 35 || i == 52 {
+			continue
+		}
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return s[3:35] != strings.Repeat("0", 32) && s[36:52] != strings.Repeat("0", 16)
+}
+
+func putUint64(b []byte, v uint64) {
+	for i := range 8 {
+		b[i] = byte(v >> (56 - 8*i))
+	}
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,38 @@
+package record
+
+import (
+	"bytes"
+	"net/http"
+	"testing"
+)
+
+// BenchmarkObserverFeedStream measures the per-stream cost of reading a vLLM chat stream with
+// the usage chunk removed, one engine write (SSE event) per Feed as vLLM sends them.
+func BenchmarkObserverFeedStream(b *testing.B) {
+	in := golden(b, "chat_stream.engine.sse")
+	events := bytes.SplitAfter(in, []byte("\n\n"))
+	script, _ := NewScriptCheck(nil)
+	b.SetBytes(int64(len(in)))
+	b.ReportAllocs()
+	for b.Loop() {
+		o := NewObserver(script, true, false, 0)
+		for _, ev := range events {
+			o.Feed(ev)
+		}
+	}
+}
+
+// BenchmarkParseRequest measures reading a chat request body and injecting include_usage.
+func BenchmarkParseRequest(b *testing.B) {
+	body := []byte(`{"model":"Qwen/Qwen2.5-7B-Instruct-AWQ","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"What is the capital of France?"}],"max_tokens":128,"stream":true,"metadata":{"prompt_version":"p7"}}`)
+	h := http.Header{}
+	b.ReportAllocs()
+	for b.Loop() {
+		r := ParseRequest(body, h, false)
+		if !r.IncludeUsage {
+			if _, err := InjectIncludeUsage(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

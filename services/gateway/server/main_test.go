@@ -1,0 +1,16 @@
+package server_test
+
+import (
+	"os"
+	"testing"
+)
+
+// TestMain keeps the test streams small: JetStream reserves each stream's max_bytes against the
+// server's storage, and the default 10 GiB per stream exhausts a shared dev server when several
+// tests run in parallel.
+func TestMain(m *testing.M) {
+	if os.Getenv("SERVESCOPE_STREAM_MAX_BYTES") == "" {
+		os.Setenv("SERVESCOPE_STREAM_MAX_BYTES", "268435456")
+	}
+	os.Exit(m.Run())
+}

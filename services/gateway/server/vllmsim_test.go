@@ -1,0 +1,161 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/servescope/servescope/services/internal/testenv"
+	"github.com/servescope/servescope/services/vllmsim/engine"
+	"github.com/servescope/servescope/services/vllmsim/sim"
+	"github.com/servescope/servescope/services/vllmsim/simserver"
+)
+
+// startSim runs vllmsim in-process in real time and returns its URL.
+func startSim(t *testing.T, wrongLanguageShare float64, perRequestMetrics bool) string {
+	t.Helper()
+	cfg := engine.DefaultConfig()
+	cfg.WrongLanguageShare = wrongLanguageShare
+	s := sim.New(sim.Options{Engine: cfg, Server: simserver.Config{PerRequestMetrics: perRequestMetrics}, TimeScale: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Engine.Run(ctx)
+	}()
+	srv := httptest.NewServer(s.Handler)
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		<-done
+	})
+	return srv.URL
+}
+
+func TestWithVLLMSim(t *testing.T) {
+	t.Parallel()
+	js, topo, natsCfg := testenv.JetStream(t)
+	simURL := startSim(t, 0, true)
+	_, gw := startGateway(t, simURL, natsCfg, nil)
+	// Per-request metrics carry measured times that differ between two runs of the same request,
+	// so the byte comparison uses a simulator without them.
+	plainSimURL := startSim(t, 0, false)
+	_, plainGW := startGateway(t, plainSimURL, natsCfg, nil)
+	client := openai.NewClient(option.WithBaseURL(gw+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	t.Run("streaming with the OpenAI SDK", func(t *testing.T) {
+		rid := newID("sim-stream")
+		sent := time.Now()
+		var clientTTFT time.Duration
+		stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+			Model:     "servescope/sim-7b",
+			Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me about the Eiffel Tower.")},
+			MaxTokens: openai.Int(16),
+		}, option.WithHeader("X-Request-Id", rid))
+		chunks := 0
+		for stream.Next() {
+			c := stream.Current()
+			if len(c.Choices) == 0 {
+				t.Fatalf("usage chunk leaked to the client: %s", c.RawJSON())
+			}
+			if c.Choices[0].Delta.Content != "" {
+				chunks++
+				if clientTTFT == 0 {
+					clientTTFT = time.Since(sent)
+				}
+			}
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, fin := recordsOf(t, js, topo, rid)
+		if fin.StatusCode != 200 || fin.TokensEstimated || fin.CompletionTokens == nil || *fin.CompletionTokens == 0 || fin.FinishReason == "" {
+			t.Fatalf("request.finished = %+v", fin)
+		}
+		if int(*fin.CompletionTokens) < chunks {
+			t.Fatalf("completion_tokens %d < %d content chunks", *fin.CompletionTokens, chunks)
+		}
+		if fin.TTFTS == nil || fin.EngineTTFTS == nil {
+			t.Fatalf("ttft %v, engine ttft %v", fin.TTFTS, fin.EngineTTFTS)
+		}
+		gw, eng := time.Duration(*fin.TTFTS*1e9), time.Duration(*fin.EngineTTFTS*1e9)
+		// The engine's clock starts when it got the request and stops at the token; the gateway's
+		// starts earlier and stops after forwarding it; the client's brackets both.
+		if gw+2*time.Millisecond < eng || gw > clientTTFT || gw > eng+ttftSlack {
+			t.Fatalf("gateway TTFT %v vs engine %v and client %v", gw, eng, clientTTFT)
+		}
+	})
+
+	t.Run("non-streaming", func(t *testing.T) {
+		rid := newID("sim-plain")
+		c, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+			Model:     "servescope/sim-7b",
+			Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello")},
+			MaxTokens: openai.Int(8),
+		}, option.WithHeader("X-Request-Id", rid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, fin := recordsOf(t, js, topo, rid)
+		if fin.CompletionTokens == nil || int64(*fin.CompletionTokens) != c.Usage.CompletionTokens ||
+			fin.PromptTokens == nil || int64(*fin.PromptTokens) != c.Usage.PromptTokens ||
+			fin.FinishReason != string(c.Choices[0].FinishReason) || fin.Model != "servescope/sim-7b" {
+			t.Fatalf("record %+v vs response usage %+v finish %q", fin, c.Usage, c.Choices[0].FinishReason)
+		}
+	})
+
+	t.Run("client bytes identical", func(t *testing.T) {
+		for _, body := range []string{
+			`{"model":"servescope/sim-7b","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":6,"seed":7}`,
+			`{"model":"servescope/sim-7b","prompt":"Once upon a time","stream":true,"max_tokens":6,"seed":7}`,
+		} {
+			path := "/v1/chat/completions"
+			if strings.Contains(body, `"prompt"`) {
+				path = "/v1/completions"
+			}
+			rid := newID("sim-bytes")
+			_, direct, _ := post(t, plainSimURL+path, rid, body, nil)
+			_, via, _ := post(t, plainGW+path, rid, body, nil)
+			if !bytes.Equal(direct, via) {
+				t.Fatalf("%s: bytes differ\ndirect:  %q\ngateway: %q", path, direct, via)
+			}
+		}
+	})
+
+	t.Run("over-long prompt", func(t *testing.T) {
+		rid := newID("sim-long")
+		long := strings.Repeat("the quick brown fox ", 2000)
+		status, body, _ := post(t, gw+"/v1/chat/completions", rid, `{"model":"servescope/sim-7b","messages":[{"role":"user","content":"`+long+`"}]}`, nil)
+		if status != 400 {
+			t.Fatalf("status %d: %s", status, body)
+		}
+		_, fin := recordsOf(t, js, topo, rid)
+		if fin.StatusCode != 400 || fin.ErrorLayer != "upstream" || !strings.Contains(fin.ErrorMessage, "maximum context length") {
+			t.Fatalf("record: status %d layer %q message %q", fin.StatusCode, fin.ErrorLayer, fin.ErrorMessage)
+		}
+	})
+}
+
+func TestWithVLLMSimWrongLanguage(t *testing.T) {
+	t.Parallel()
+	js, topo, natsCfg := testenv.JetStream(t)
+	simURL := startSim(t, 1, false)
+	_, gw := startGateway(t, simURL, natsCfg, nil)
+	rid := newID("sim-cjk")
+	status, body, _ := post(t, gw+"/v1/chat/completions", rid, `{"model":"servescope/sim-7b","messages":[{"role":"user","content":"Explain KV caches."}],"stream":true,"max_tokens":40,"ignore_eos":true}`, nil)
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	_, fin := recordsOf(t, js, topo, rid)
+	if fin.OutputForeignChars == nil || *fin.OutputForeignChars == 0 || fin.OutputScriptViolation == nil || !*fin.OutputScriptViolation {
+		t.Fatalf("output check: foreign %v violation %v\n%s", fin.OutputForeignChars, fin.OutputScriptViolation, body)
+	}
+}
