@@ -81,3 +81,14 @@ func TestSecretFiles(t *testing.T) {
 		t.Errorf("missing token file: %v", err)
 	}
 }
+
+func TestRedactURL(t *testing.T) {
+	got := RedactURL("nats://svc:hunter2@a:4222, nats://b:4222")
+	if strings.Contains(got, "hunter2") || !strings.Contains(got, "nats://svc:xxxxx@a:4222") || !strings.Contains(got, "nats://b:4222") {
+		t.Errorf("RedactURL = %q", got)
+	}
+	_, err := LoadFrom[NATS](map[string]string{"SERVESCOPE_NATS_URL": "nats://svc:hunter2@ bad host:4222"})
+	if err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("invalid URL error leaks or is missing: %v", err)
+	}
+}

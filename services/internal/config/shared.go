@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"regexp"
@@ -45,6 +46,8 @@ type NATS struct {
 	StreamReplicas int `env:"SERVESCOPE_STREAM_REPLICAS" envDefault:"1"`
 }
 
+var userinfoRE = regexp.MustCompile(`(//[^:/@]*:)[^@]*@`)
+
 var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
 
 // Validate implements Validator.
@@ -52,7 +55,7 @@ func (n *NATS) Validate() error {
 	for _, u := range strings.Split(n.URL, ",") {
 		p, err := url.Parse(strings.TrimSpace(u))
 		if err != nil || p.Host == "" {
-			return fmt.Errorf("SERVESCOPE_NATS_URL: %q is not a URL like nats://host:4222", u)
+			return fmt.Errorf("SERVESCOPE_NATS_URL: %q is not a URL like nats://host:4222", RedactURL(u))
 		}
 	}
 	if n.StreamReplicas != 1 && n.StreamReplicas != 3 {
@@ -105,16 +108,58 @@ func (n *NATS) Options(name string) ([]nats.Option, error) {
 }
 
 // Connect connects to NATS with these settings plus extra options (reconnect policy, handlers).
+// Connection events are logged to slog.Default() unless extra options replace the handlers: a
+// refused authorization closes the connection for good, and without the closed handler's log
+// line nothing would say why events stopped flowing.
 func (n *NATS) Connect(name string, extra ...nats.Option) (*nats.Conn, error) {
 	opts, err := n.Options(name)
 	if err != nil {
 		return nil, err
 	}
+	opts = append(opts, NATSEventHandlers(slog.Default(), RedactURL(n.URL))...)
 	nc, err := nats.Connect(n.URL, append(opts, extra...)...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", n.URL, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", RedactURL(n.URL), err)
 	}
 	return nc, nil
+}
+
+// NATSEventHandlers returns nats.go options that log disconnects, reconnects, asynchronous
+// errors (e.g. permission violations) and the final close with its cause.
+func NATSEventHandlers(log *slog.Logger, url string) []nats.Option {
+	return []nats.Option{
+		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("NATS disconnected", "url", url, "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("NATS reconnected", "url", RedactURL(c.ConnectedUrl()))
+		}),
+		nats.ErrorHandler(func(c *nats.Conn, _ *nats.Subscription, err error) {
+			log.Error("NATS error", "url", url, "err", err)
+		}),
+		nats.ClosedHandler(func(c *nats.Conn) {
+			if err := c.LastError(); err != nil {
+				log.Error("NATS connection closed; no more events will be published or consumed", "url", url, "err", err)
+			}
+		}),
+	}
+}
+
+// RedactURL returns the comma-separated URLs in u with any password replaced by "xxxxx", for
+// logs and error messages.
+func RedactURL(u string) string {
+	parts := strings.Split(u, ",")
+	for i, p := range parts {
+		if parsed, err := url.Parse(strings.TrimSpace(p)); err == nil && parsed.User != nil {
+			parts[i] = parsed.Redacted()
+		} else if err != nil {
+			// Not parseable, so redact by shape: whatever sits between "user:" and "@".
+			parts[i] = userinfoRE.ReplaceAllString(p, "${1}xxxxx@")
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // ClickHouse holds the settings every service uses to reach ClickHouse over the native protocol.
