@@ -49,7 +49,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newMigrateCmd(), newHealthcheckCmd())
+	root.AddCommand(newMigrateCmd(), newHealthcheckCmd(), newAccessCmd())
 	for _, add := range extraCommands {
 		root.AddCommand(add())
 	}

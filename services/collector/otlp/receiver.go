@@ -170,6 +170,11 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	data, err := io.ReadAll(body)
 	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			http.Error(w, "OTLP traces: body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
 		http.Error(w, "OTLP traces: read body: "+err.Error(), http.StatusBadRequest)
 		return
 	}

@@ -19,6 +19,8 @@ const MaxBodyBytes = 8 << 20
 type RequestError struct {
 	Message string
 	Param   string
+	// TooLarge marks a body over MaxBodyBytes (answered 413, not 400).
+	TooLarge bool
 }
 
 func (e *RequestError) Error() string { return e.Message }
@@ -165,7 +167,7 @@ func decodeBody(r io.Reader, v any) error {
 		return fmt.Errorf("read request body: %w", err)
 	}
 	if len(body) > MaxBodyBytes {
-		return &RequestError{Message: fmt.Sprintf("request body exceeds %d bytes", MaxBodyBytes)}
+		return &RequestError{Message: fmt.Sprintf("request body exceeds %d bytes", MaxBodyBytes), TooLarge: true}
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		var te *json.UnmarshalTypeError

@@ -22,7 +22,7 @@ func (a *App) Handler(adminToken string) http.Handler {
 			Question string `json:"question"`
 		}
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&in); err != nil || strings.TrimSpace(in.Question) == "" {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "body must be {\"question\": \"...\"} under 64 KiB"})
+			writeJSON(w, badBodyStatus(err), map[string]string{"error": "body must be {\"question\": \"...\"} under 64 KiB"})
 			return
 		}
 		id := r.Header.Get("X-Request-Id")
@@ -54,7 +54,7 @@ func (a *App) Handler(adminToken string) http.Handler {
 			Version string `json:"version"`
 		}
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&in); err != nil || in.Version == "" || len(in.Version) > 128 {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": errors.New("body must be {\"version\": \"...\"}").Error()})
+			writeJSON(w, badBodyStatus(err), map[string]string{"error": "body must be {\"version\": \"...\"} under 64 KiB"})
 			return
 		}
 		a.SetQueryEmbeddingModel(in.Version)
@@ -62,6 +62,15 @@ func (a *App) Handler(adminToken string) http.Handler {
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	return mux
+}
+
+// badBodyStatus is 413 for a body over the limit and 400 for any other bad body.
+func badBodyStatus(err error) int {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return http.StatusRequestEntityTooLarge
+	}
+	return http.StatusBadRequest
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -103,6 +103,10 @@ func writeError(w http.ResponseWriter, status int, typ, msg, param string) {
 func writeDecodeError(w http.ResponseWriter, err error) {
 	var re *openaiwire.RequestError
 	if errors.As(err, &re) {
+		if re.TooLarge {
+			writeError(w, http.StatusRequestEntityTooLarge, "RequestEntityTooLarge", re.Message, "")
+			return
+		}
 		writeError(w, http.StatusBadRequest, "BadRequestError", re.Message, re.Param)
 		return
 	}

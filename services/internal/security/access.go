@@ -1,0 +1,209 @@
+// Package security holds servescope's shared security pieces: the least-privilege ClickHouse
+// accounts of the detector and the consumer ([Access]) and an HTTP request body limit
+// ([LimitBody]). Its tests check the security promises of the whole system against real servers:
+// NATS authentication, ClickHouse privileges, secrets kept out of logs, body limits on every
+// listener and bound parameters in the detector's SQL.
+package security
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Role names. Roles are server-wide in ClickHouse; the grants they hold name one database. The
+// accounts' conventional names are servescope_detector and servescope_consumer.
+const (
+	// DetectorRole may read every table and view of the database and insert alert state and
+	// delivery records.
+	DetectorRole = "servescope_detector_role"
+	// ConsumerRole may only insert into the landing tables and ingest_errors.
+	ConsumerRole = "servescope_consumer_role"
+)
+
+// DetectorInsertTables are the tables the detector writes: alert state (migrations/000001) and
+// webhook delivery attempts (migrations/000004). Every other table is read-only to it.
+var DetectorInsertTables = []string{"alerts", "alert_deliveries"}
+
+// ConsumerInsertTables are the tables the consumer writes: one landing table per event kind and
+// ingest_errors (migrations/000001). The consumer reads nothing but system.columns (its start-up
+// schema check), which ClickHouse shows to every user for the tables it holds a privilege on.
+var ConsumerInsertTables = []string{
+	"requests_started", "requests", "app_records", "engine_samples", "engine_spans", "engine_logs",
+	"ingest_errors",
+}
+
+// Account is one ClickHouse login.
+type Account struct {
+	// User is the login name: letters, digits and '_', starting with a letter or '_'.
+	User string
+	// Password is the clear-text password; only its SHA-256 leaves this package.
+	Password string
+}
+
+// Access describes the two least-privilege accounts for one servescope database.
+type Access struct {
+	// Database holds servescope's tables (SERVESCOPE_CLICKHOUSE_DATABASE).
+	Database string
+	// Detector gets [DetectorRole], Consumer gets [ConsumerRole].
+	Detector Account
+	Consumer Account
+	// Networks are the client addresses or CIDRs the accounts may log in from (users.xml <ip>);
+	// empty means any address (::/0). Only [Access.UsersXML] uses it.
+	Networks []string
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+
+// Validate checks that every name is a plain identifier (so it is safe as an XML element name and
+// as a SQL identifier) and that both passwords are set and the two users differ.
+func (a Access) Validate() error {
+	var errs []error
+	if !identRE.MatchString(a.Database) {
+		errs = append(errs, fmt.Errorf("database %q is not a plain identifier", a.Database))
+	}
+	for _, acc := range []struct {
+		role string
+		a    Account
+	}{{"detector", a.Detector}, {"consumer", a.Consumer}} {
+		if !identRE.MatchString(acc.a.User) {
+			errs = append(errs, fmt.Errorf("%s user %q is not a plain identifier", acc.role, acc.a.User))
+		}
+		if acc.a.User == "default" {
+			errs = append(errs, fmt.Errorf("%s user must not be the default user", acc.role))
+		}
+		if acc.a.User == DetectorRole || acc.a.User == ConsumerRole {
+			errs = append(errs, fmt.Errorf("%s user must not be named like a role (%s)", acc.role, acc.a.User))
+		}
+		if acc.a.Password == "" {
+			errs = append(errs, fmt.Errorf("%s user %s has no password", acc.role, acc.a.User))
+		}
+	}
+	if a.Detector.User == a.Consumer.User {
+		errs = append(errs, fmt.Errorf("detector and consumer must be different users, both are %q", a.Detector.User))
+	}
+	for _, n := range a.Networks {
+		if n == "" || strings.ContainsAny(n, "<>&'\"") {
+			errs = append(errs, fmt.Errorf("network %q is not an address or CIDR", n))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("ClickHouse access: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// RoleGrants returns each role's privileges as GRANT statements without the TO clause, in order.
+func (a Access) RoleGrants() map[string][]string {
+	db := "`" + a.Database + "`"
+	detector := []string{"GRANT SELECT ON " + db + ".*"}
+	for _, t := range DetectorInsertTables {
+		detector = append(detector, "GRANT INSERT ON "+db+".`"+t+"`")
+	}
+	var consumer []string
+	for _, t := range ConsumerInsertTables {
+		consumer = append(consumer, "GRANT INSERT ON "+db+".`"+t+"`")
+	}
+	return map[string][]string{DetectorRole: detector, ConsumerRole: consumer}
+}
+
+// SQL returns the statements that create or update the roles and accounts on a ClickHouse server
+// with SQL-driven access control (a writable user directory, e.g. local_directory, and a user with
+// access_management). Running them again rotates the passwords and re-applies the grants. The
+// passwords appear only as SHA-256 hex, never in clear. ClickHouse's `clickhouse-local` engine
+// (libchdb, the dev launcher) cannot run them: use [Access.UsersXML] there.
+func (a Access) SQL() ([]string, error) {
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	grants := a.RoleGrants()
+	var out []string
+	for _, role := range []string{DetectorRole, ConsumerRole} {
+		out = append(out, "CREATE ROLE IF NOT EXISTS "+role)
+		for _, g := range grants[role] {
+			out = append(out, g+" TO "+role)
+		}
+	}
+	for _, u := range []struct {
+		acc  Account
+		role string
+	}{{a.Detector, DetectorRole}, {a.Consumer, ConsumerRole}} {
+		ident := "IDENTIFIED WITH sha256_hash BY '" + passwordSHA256(u.acc.Password) + "'"
+		out = append(out,
+			"CREATE USER IF NOT EXISTS "+u.acc.User+" "+ident+" DEFAULT DATABASE `"+a.Database+"`",
+			"ALTER USER "+u.acc.User+" "+ident,
+			"GRANT "+u.role+" TO "+u.acc.User,
+			"ALTER USER "+u.acc.User+" DEFAULT ROLE "+u.role,
+		)
+	}
+	return out, nil
+}
+
+// UsersXML returns a ClickHouse users configuration file defining the two roles and accounts, for
+// servers whose users come from files: drop it into /etc/clickhouse-server/users.d/ (mode 0600,
+// owned by the server's user). Passwords are stored as password_sha256_hex.
+func (a Access) UsersXML() ([]byte, error) {
+	body, err := a.usersXMLBody("")
+	if err != nil {
+		return nil, err
+	}
+	return []byte("<clickhouse>\n" + body + "</clickhouse>\n"), nil
+}
+
+// usersXMLBody is the <roles> and <users> sections of [Access.UsersXML]; extraUsers is XML put
+// first inside <users> (tests add the admin user there).
+func (a Access) usersXMLBody(extraUsers string) (string, error) {
+	if err := a.Validate(); err != nil {
+		return "", err
+	}
+	grants := a.RoleGrants()
+	var b strings.Builder
+	b.WriteString("  <roles>\n")
+	for _, role := range []string{DetectorRole, ConsumerRole} {
+		fmt.Fprintf(&b, "    <%s>\n      <grants>\n", role)
+		for _, g := range grants[role] {
+			fmt.Fprintf(&b, "        <query>%s</query>\n", xmlText(g))
+		}
+		fmt.Fprintf(&b, "      </grants>\n    </%s>\n", role)
+	}
+	b.WriteString("  </roles>\n  <users>\n")
+	b.WriteString(extraUsers)
+	networks := a.Networks
+	if len(networks) == 0 {
+		networks = []string{"::/0"}
+	}
+	for _, u := range []struct {
+		acc  Account
+		role string
+	}{{a.Detector, DetectorRole}, {a.Consumer, ConsumerRole}} {
+		fmt.Fprintf(&b, "    <%s>\n", u.acc.User)
+		fmt.Fprintf(&b, "      <password_sha256_hex>%s</password_sha256_hex>\n", passwordSHA256(u.acc.Password))
+		b.WriteString("      <networks>\n")
+		for _, n := range networks {
+			fmt.Fprintf(&b, "        <ip>%s</ip>\n", xmlText(n))
+		}
+		b.WriteString("      </networks>\n")
+		b.WriteString("      <profile>default</profile>\n      <quota>default</quota>\n")
+		fmt.Fprintf(&b, "      <default_database>%s</default_database>\n", a.Database)
+		fmt.Fprintf(&b, "      <grants>\n        <query>GRANT %s</query>\n      </grants>\n", u.role)
+		fmt.Fprintf(&b, "    </%s>\n", u.acc.User)
+	}
+	b.WriteString("  </users>\n")
+	return b.String(), nil
+}
+
+func passwordSHA256(password string) string {
+	sum := sha256.Sum256([]byte(password))
+	return hex.EncodeToString(sum[:])
+}
+
+func xmlText(s string) string {
+	var b strings.Builder
+	// EscapeText only fails when the writer does; a strings.Builder never does.
+	_ = xml.EscapeText(&b, []byte(s))
+	return b.String()
+}

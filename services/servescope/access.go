@@ -1,0 +1,106 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/servescope/servescope/services/internal/chstore"
+	"github.com/servescope/servescope/services/internal/config"
+	"github.com/servescope/servescope/services/internal/security"
+)
+
+// accessSettings are the least-privilege accounts' names and passwords.
+type accessSettings struct {
+	DetectorUser         string `env:"SERVESCOPE_DETECTOR_CLICKHOUSE_USER" envDefault:"servescope_detector"`
+	DetectorPassword     string `env:"SERVESCOPE_DETECTOR_CLICKHOUSE_PASSWORD"`
+	DetectorPasswordFile string `env:"SERVESCOPE_DETECTOR_CLICKHOUSE_PASSWORD_FILE,file"`
+	ConsumerUser         string `env:"SERVESCOPE_CONSUMER_CLICKHOUSE_USER" envDefault:"servescope_consumer"`
+	ConsumerPassword     string `env:"SERVESCOPE_CONSUMER_CLICKHOUSE_PASSWORD"`
+	ConsumerPasswordFile string `env:"SERVESCOPE_CONSUMER_CLICKHOUSE_PASSWORD_FILE,file"`
+	// Networks limits where the accounts may log in from (users.xml only), comma-separated.
+	Networks   []string `env:"SERVESCOPE_ACCESS_NETWORKS" envSeparator:","`
+	ClickHouse config.ClickHouse
+}
+
+func (s accessSettings) access() (security.Access, error) {
+	pick := func(v, file string) string {
+		if file != "" {
+			return strings.TrimRight(file, "\r\n")
+		}
+		return v
+	}
+	a := security.Access{
+		Database: s.ClickHouse.Database,
+		Detector: security.Account{User: s.DetectorUser, Password: pick(s.DetectorPassword, s.DetectorPasswordFile)},
+		Consumer: security.Account{User: s.ConsumerUser, Password: pick(s.ConsumerPassword, s.ConsumerPasswordFile)},
+		Networks: s.Networks,
+	}
+	return a, a.Validate()
+}
+
+// newAccessCmd creates the detector's read-only and the consumer's insert-only ClickHouse
+// accounts. They are not a migration: roles and users are server-wide and need passwords, which
+// have no place in a migration file.
+func newAccessCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "access",
+		Short: "Least-privilege ClickHouse accounts for the detector (read-only) and the consumer (insert-only)",
+	}
+	load := func() (accessSettings, security.Access, error) {
+		s, err := config.Load[accessSettings]()
+		if err != nil {
+			return s, security.Access{}, err
+		}
+		a, err := s.access()
+		return s, a, err
+	}
+	usersXML := &cobra.Command{
+		Use:   "users-xml",
+		Short: "Print a users.d XML file defining both roles and accounts (passwords as SHA-256)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, a, err := load()
+			if err != nil {
+				return err
+			}
+			b, err := a.UsersXML()
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(b)
+			return err
+		},
+	}
+	apply := &cobra.Command{
+		Use:   "apply",
+		Short: "Create or update the roles and accounts with SQL, as the administrator in SERVESCOPE_CLICKHOUSE_*",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, a, err := load()
+			if err != nil {
+				return err
+			}
+			stmts, err := a.SQL()
+			if err != nil {
+				return err
+			}
+			conn, err := chstore.Open(cmd.Context(), s.ClickHouse)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			for i, q := range stmts {
+				if err := conn.Exec(cmd.Context(), q); err != nil {
+					// The statement holds a password hash, so name it by position, not text.
+					return fmt.Errorf("access statement %d of %d: %w", i+1, len(stmts), err)
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "accounts %s (read-only) and %s (insert-only) ready on database %s\n", a.Detector.User, a.Consumer.User, a.Database)
+			return nil
+		},
+	}
+	cmd.AddCommand(usersXML, apply)
+	return cmd
+}
