@@ -1,0 +1,100 @@
+// Package alerting turns rule rows into alerts with a lifecycle (inactive → pending → firing →
+// resolved), evaluates groups of rules at explicit times, keeps alert state in the `alerts` table so
+// a restart neither forgets nor repeats, and decides when an alert is (re)sent.
+package alerting
+
+import (
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"math"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// State is an alert's lifecycle state.
+type State int
+
+const (
+	// StateInactive: the rule's row is not firing (a resolved alert is inactive with ResolvedAt set).
+	StateInactive State = iota
+	// StatePending: the row fires but has not yet for the rule's `for` hold.
+	StatePending
+	// StateFiring: the row has fired for at least the hold.
+	StateFiring
+)
+
+// String returns "inactive", "pending" or "firing".
+func (s State) String() string {
+	switch s {
+	case StatePending:
+		return "pending"
+	case StateFiring:
+		return "firing"
+	default:
+		return "inactive"
+	}
+}
+
+// Alert is one label set of one rule.
+type Alert struct {
+	// Rule is the rule name (also the alertname label).
+	Rule string
+	// Fingerprint is the hex FNV-64a hash of Labels; it identifies the alert across restarts.
+	Fingerprint string
+	// Labels are the row's non-empty labels plus alertname and severity.
+	Labels map[string]string
+	// Annotations are summary, description, value, baseline, threshold and, when the baseline
+	// lacked data, baseline_note.
+	Annotations map[string]string
+	Severity    string
+	State       State
+	// Value, Baseline (NaN when unknown) and Threshold are the row's figures at the last evaluation.
+	Value, Baseline, Threshold float64
+	// ActiveAt is when the row started firing, FiredAt when the alert went from pending to firing,
+	// ResolvedAt when it stopped, LastSentAt when it was last handed to the notifier. Zero = never.
+	ActiveAt, FiredAt, ResolvedAt, LastSentAt time.Time
+}
+
+// Resolved reports whether the alert fired and then stopped.
+func (a *Alert) Resolved() bool { return a.State == StateInactive && !a.ResolvedAt.IsZero() }
+
+// StateName is the name stored in the alerts table: pending, firing, resolved or inactive.
+func (a *Alert) StateName() string {
+	if a.Resolved() {
+		return "resolved"
+	}
+	return a.State.String()
+}
+
+func (a *Alert) clone() *Alert {
+	c := *a
+	c.Labels = maps.Clone(a.Labels)
+	c.Annotations = maps.Clone(a.Annotations)
+	return &c
+}
+
+// Fingerprint hashes a label set (order-independent).
+func Fingerprint(labels map[string]string) string {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := fnv.New64a()
+	for _, k := range keys {
+		_, _ = h.Write([]byte(k))
+		_, _ = h.Write([]byte{0xff})
+		_, _ = h.Write([]byte(labels[k]))
+		_, _ = h.Write([]byte{0xff})
+	}
+	return fmt.Sprintf("%016x", h.Sum64())
+}
+
+func formatFigure(v float64) string {
+	if math.IsNaN(v) {
+		return "unknown"
+	}
+	return strconv.FormatFloat(v, 'g', 6, 64)
+}

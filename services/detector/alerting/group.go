@@ -1,0 +1,163 @@
+package alerting
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"time"
+)
+
+// NotifyFunc hands alerts to the notifier. It must not block on receivers.
+type NotifyFunc func(ctx context.Context, ts time.Time, alerts []*Alert)
+
+// Store persists alert state; see [CHStore].
+type Store interface {
+	// Save records the alerts' current state as of ts, one row each.
+	Save(ctx context.Context, ts time.Time, alerts []*Alert) error
+	// Load returns the latest recorded state of every alert that is pending, firing or resolved.
+	Load(ctx context.Context) ([]*Alert, error)
+}
+
+// Group evaluates its rules at explicit timestamps: every Interval when run, or at given times for
+// replay and tests. Nothing in a group reads the wall clock except Run's ticker.
+type Group struct {
+	Interval time.Duration
+	// Repeat is how often a still-firing alert is sent again (zero: never).
+	Repeat time.Duration
+	Rules  []*Rule
+	// Store, Notify and Metrics are optional (replay uses none of them).
+	Store   Store
+	Notify  NotifyFunc
+	Metrics *Metrics
+	Log     *slog.Logger
+}
+
+// Eval evaluates every rule at ts, persists changed alerts, and hands due alerts to the notifier.
+// Rule errors are logged and counted; the first is returned after all rules ran.
+func (g *Group) Eval(ctx context.Context, ts time.Time) error {
+	var errs []error
+	for _, r := range g.Rules {
+		start := time.Now()
+		changed, err := r.Eval(ctx, ts)
+		g.Metrics.observeEval(r.Name(), time.Since(start), err)
+		if err != nil {
+			g.logger().Error("rule evaluation failed", "rule", r.Name(), "ts", ts, "err", err)
+			errs = append(errs, err)
+			continue
+		}
+		for _, a := range changed {
+			g.logger().Info("alert state", "rule", a.Rule, "fingerprint", a.Fingerprint, "state", a.StateName(),
+				"value", a.Value, "baseline", a.Baseline, "threshold", a.Threshold, "ts", ts)
+		}
+		var due []*Alert
+		for _, a := range r.Alerts() {
+			if needsSending(a, ts, g.Repeat) {
+				due = append(due, a)
+			}
+		}
+		if g.Notify != nil && len(due) > 0 {
+			g.Notify(ctx, ts, due)
+		}
+		save := changed
+		for _, a := range due {
+			r.markSent(a.Fingerprint, ts)
+			a.LastSentAt = ts
+			save = replaceByFingerprint(save, a)
+		}
+		if g.Store != nil && len(save) > 0 {
+			if err := g.Store.Save(ctx, ts, save); err != nil {
+				g.logger().Error("save alert state", "rule", r.Name(), "err", err)
+				errs = append(errs, err)
+			}
+		}
+	}
+	g.Metrics.setAlerts(g.Rules)
+	return errors.Join(errs...)
+}
+
+// replaceByFingerprint puts a into list, replacing an entry with the same fingerprint: the alerts
+// table keeps one row per (rule, fingerprint, ts), so each alert is saved once per evaluation.
+func replaceByFingerprint(list []*Alert, a *Alert) []*Alert {
+	for i := range list {
+		if list[i].Fingerprint == a.Fingerprint {
+			list[i] = a
+			return list
+		}
+	}
+	return append(list, a)
+}
+
+// Restore loads persisted alerts from the store into the group's rules. Alerts of rules the group
+// does not have are ignored.
+func (g *Group) Restore(ctx context.Context, alerts []*Alert) error {
+	byName := map[string]*Rule{}
+	for _, r := range g.Rules {
+		byName[r.Name()] = r
+	}
+	for _, a := range alerts {
+		if r, ok := byName[a.Rule]; ok {
+			if err := r.Restore(a); err != nil {
+				return err
+			}
+		}
+	}
+	g.Metrics.setAlerts(g.Rules)
+	return nil
+}
+
+// Run evaluates the group at every multiple of Interval (offset by delay behind the wall clock, so
+// that events still in the pipeline are counted) until ctx ends.
+func (g *Group) Run(ctx context.Context, delay time.Duration) {
+	for {
+		next := time.Now().Truncate(g.Interval).Add(g.Interval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(next)):
+		}
+		_ = g.Eval(ctx, next.Add(-delay))
+	}
+}
+
+func (g *Group) logger() *slog.Logger {
+	if g.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return g.Log
+}
+
+// ReplayTicks returns the evaluation times a rule with hold needs to reach its state at `at` when
+// evaluated every interval: enough earlier ticks to cover the hold, ending at `at`.
+func ReplayTicks(at time.Time, interval, hold time.Duration) []time.Time {
+	n := int(math.Ceil(float64(hold)/float64(interval))) + 1
+	ticks := make([]time.Time, 0, n+1)
+	for k := n; k >= 0; k-- {
+		ticks = append(ticks, at.Add(-time.Duration(k)*interval))
+	}
+	return ticks
+}
+
+// Replay evaluates fresh copies of the given rules as of at, including the earlier ticks each
+// rule's hold needs, and returns the pending and firing alerts at `at`. It sends and saves nothing.
+func Replay(ctx context.Context, at time.Time, defaultInterval time.Duration, rs []*Rule) ([]*Alert, error) {
+	var out []*Alert
+	for _, r := range rs {
+		fresh := NewRule(r.def, r.eval)
+		interval := r.def.Interval.D()
+		if interval <= 0 {
+			interval = defaultInterval
+		}
+		for _, ts := range ReplayTicks(at, interval, fresh.Hold()) {
+			if _, err := fresh.Eval(ctx, ts); err != nil {
+				return nil, err
+			}
+		}
+		for _, a := range fresh.Alerts() {
+			if a.State == StatePending || a.State == StateFiring {
+				out = append(out, a)
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,62 @@
+package alerting
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the detector's evaluation metrics. A nil *Metrics records nothing.
+type Metrics struct {
+	evalDuration *prometheus.HistogramVec
+	evalFailures *prometheus.CounterVec
+	alerts       *prometheus.GaugeVec
+}
+
+// NewMetrics registers the evaluation metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		evalDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "servescope_detector_rule_evaluation_duration_seconds",
+			Help:    "Time to evaluate one rule (query and state update), in seconds.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"rule"}),
+		evalFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "servescope_detector_rule_evaluation_failures_total",
+			Help: "Rule evaluations that failed (query error or bad result).",
+		}, []string{"rule"}),
+		alerts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "servescope_detector_alerts",
+			Help: "Alerts held in memory by rule and state (pending, firing, resolved).",
+		}, []string{"rule", "state"}),
+	}
+	reg.MustRegister(m.evalDuration, m.evalFailures, m.alerts)
+	return m
+}
+
+func (m *Metrics) observeEval(rule string, d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.evalDuration.WithLabelValues(rule).Observe(d.Seconds())
+	if err != nil {
+		m.evalFailures.WithLabelValues(rule).Inc()
+	} else {
+		m.evalFailures.WithLabelValues(rule).Add(0)
+	}
+}
+
+func (m *Metrics) setAlerts(rs []*Rule) {
+	if m == nil {
+		return
+	}
+	for _, r := range rs {
+		counts := map[string]float64{"pending": 0, "firing": 0, "resolved": 0}
+		for _, a := range r.Alerts() {
+			counts[a.StateName()]++
+		}
+		for state, n := range counts {
+			m.alerts.WithLabelValues(r.Name(), state).Set(n)
+		}
+	}
+}

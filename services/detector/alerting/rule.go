@@ -1,0 +1,182 @@
+package alerting
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/servescope/servescope/services/detector/rules"
+)
+
+// resolvedRetention is how long a resolved alert stays in memory, so that its resolved notification
+// is sent and a quick re-fire is recognised as the same alert.
+const resolvedRetention = 15 * time.Minute
+
+// Rule is an alerting rule: a [rules.Rule] that produces rows plus the metadata that turns them into
+// alerts, and the rule's active alerts keyed by fingerprint.
+type Rule struct {
+	def  *rules.Definition
+	eval rules.Rule
+
+	mu     sync.Mutex
+	active map[string]*Alert
+}
+
+// NewRule makes an alerting rule from a definition and the evaluator of its query.
+func NewRule(def *rules.Definition, eval rules.Rule) *Rule {
+	return &Rule{def: def, eval: eval, active: map[string]*Alert{}}
+}
+
+// Name returns the rule name.
+func (r *Rule) Name() string { return r.def.Name }
+
+// Definition returns the rule's metadata.
+func (r *Rule) Definition() *rules.Definition { return r.def }
+
+// Hold is the rule's `for`: how long a row must fire before its alert fires.
+func (r *Rule) Hold() time.Duration { return r.def.For.D() }
+
+// Eval evaluates the rule at ts and advances its alerts' states. It returns copies of the alerts
+// whose state changed (new pending, pending→firing, firing→resolved, pending→inactive). On a query
+// error the state is left as it was.
+func (r *Rule) Eval(ctx context.Context, ts time.Time) ([]*Alert, error) {
+	samples, err := r.eval.Eval(ctx, ts)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var changed []*Alert
+	seen := map[string]bool{}
+	for _, s := range samples {
+		if !s.Firing {
+			continue
+		}
+		labels := map[string]string{"alertname": r.def.Name, "severity": r.def.Severity}
+		for k, v := range s.Labels {
+			if v != "" && k != "alertname" && k != "severity" {
+				labels[k] = v
+			}
+		}
+		fp := Fingerprint(labels)
+		if seen[fp] {
+			continue
+		}
+		seen[fp] = true
+		ann, err := r.annotations(s)
+		if err != nil {
+			return nil, err
+		}
+		a, ok := r.active[fp]
+		if !ok || a.State == StateInactive {
+			a = &Alert{Rule: r.def.Name, Fingerprint: fp, Labels: labels, Severity: r.def.Severity,
+				State: StatePending, ActiveAt: ts}
+			if ok {
+				// A re-fire keeps when the last notification went out, so a resolved that was never
+				// delivered is not mistaken for one that was.
+				a.LastSentAt = r.active[fp].LastSentAt
+			}
+			r.active[fp] = a
+			changed = append(changed, a)
+		}
+		a.Value, a.Baseline, a.Threshold, a.Annotations = s.Value, s.Baseline, s.Threshold, ann
+	}
+	for fp, a := range r.active {
+		if seen[fp] {
+			if a.State == StatePending && ts.Sub(a.ActiveAt) >= r.Hold() {
+				a.State, a.FiredAt = StateFiring, ts
+				changed = append(changed, a)
+			}
+			continue
+		}
+		switch a.State {
+		case StatePending:
+			a.State = StateInactive
+			delete(r.active, fp)
+			changed = append(changed, a)
+		case StateFiring:
+			a.State, a.ResolvedAt = StateInactive, ts
+			changed = append(changed, a)
+		case StateInactive:
+			if ts.Sub(a.ResolvedAt) >= resolvedRetention {
+				delete(r.active, fp)
+			}
+		}
+	}
+	// An alert can change twice in one evaluation (new and, with no hold, firing at once); it is
+	// reported once, in its final state.
+	out := make([]*Alert, 0, len(changed))
+	dup := map[*Alert]bool{}
+	for _, a := range changed {
+		if !dup[a] {
+			dup[a] = true
+			out = append(out, a.clone())
+		}
+	}
+	return out, nil
+}
+
+func (r *Rule) annotations(s rules.Sample) (map[string]string, error) {
+	summary, description, err := r.def.Render(s)
+	if err != nil {
+		return nil, err
+	}
+	ann := map[string]string{
+		"summary": summary, "description": description,
+		"value": formatFigure(s.Value), "baseline": formatFigure(s.Baseline), "threshold": formatFigure(s.Threshold),
+	}
+	if !s.BaselineOK {
+		ann["baseline_note"] = "not enough baseline data: compared with the rule's absolute floor"
+	}
+	return ann, nil
+}
+
+// Alerts returns copies of the rule's alerts (pending, firing and recently resolved).
+func (r *Rule) Alerts() []*Alert {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*Alert, 0, len(r.active))
+	for _, a := range r.active {
+		out = append(out, a.clone())
+	}
+	return out
+}
+
+// Restore puts a persisted alert back, e.g. after a restart. Inactive alerts that are not
+// resolved are ignored.
+func (r *Rule) Restore(a *Alert) error {
+	if a.Rule != r.def.Name {
+		return fmt.Errorf("restore alert %s of rule %s into rule %s", a.Fingerprint, a.Rule, r.def.Name)
+	}
+	if a.State == StateInactive && !a.Resolved() {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.active[a.Fingerprint] = a.clone()
+	return nil
+}
+
+// markSent records that the alert with fp was handed to the notifier at ts.
+func (r *Rule) markSent(fp string, ts time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a, ok := r.active[fp]; ok {
+		a.LastSentAt = ts
+	}
+}
+
+// needsSending reports whether an alert must go to the notifier at ts: a firing alert never sent
+// since it fired, or last sent repeat ago; a resolved alert whose firing was sent but whose
+// resolution was not.
+func needsSending(a *Alert, ts time.Time, repeat time.Duration) bool {
+	switch {
+	case a.State == StateFiring:
+		return a.LastSentAt.Before(a.FiredAt) || (repeat > 0 && ts.Sub(a.LastSentAt) >= repeat)
+	case a.Resolved():
+		return !a.LastSentAt.IsZero() && a.LastSentAt.Before(a.ResolvedAt)
+	default:
+		return false
+	}
+}

@@ -1,0 +1,96 @@
+// Command detector evaluates windowed SQL rules against a baseline on ClickHouse every interval,
+// keeps alert state in the alerts table, and posts alerts to webhooks (Alertmanager format).
+//
+//	detector                      run until SIGINT/SIGTERM
+//	detector --once               evaluate now, print would-be alerts as JSON lines, send nothing
+//	detector --once --at <RFC3339> the same as of that time (replay)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/servescope/servescope/services/detector/service"
+	"github.com/servescope/servescope/services/internal/chstore"
+	"github.com/servescope/servescope/services/internal/config"
+)
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if err := run(os.Args[1:], os.Stdout, log); err != nil {
+		log.Error("detector stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+// run is the detector; with --once the alerts go to stdout and nothing else does.
+func run(args []string, stdout io.Writer, log *slog.Logger) error {
+	fs := flag.NewFlagSet("detector", flag.ContinueOnError)
+	once := fs.Bool("once", false, "evaluate once, print pending/firing alerts as JSON lines on stdout, send nothing")
+	atText := fs.String("at", "", "with --once: evaluate as of this RFC 3339 time instead of now")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *atText != "" && !*once {
+		return errors.New("--at needs --once")
+	}
+	at := time.Now().UTC()
+	if *atText != "" {
+		t, err := time.Parse(time.RFC3339, *atText)
+		if err != nil {
+			return fmt.Errorf("--at: want an RFC 3339 time like 2026-11-30T09:00:00Z: %w", err)
+		}
+		at = t.UTC()
+	}
+	cfg, err := config.Load[service.Config]()
+	if err != nil {
+		return err
+	}
+	defs, err := service.LoadRules(cfg.RulesDir)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	conn, err := chstore.Open(ctx, cfg.ClickHouse)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d, err := service.New(cfg, conn, defs, reg, log)
+	if err != nil {
+		return err
+	}
+	if *once {
+		return d.Replay(ctx, at, stdout)
+	}
+	if err := d.Restore(ctx); err != nil {
+		return err
+	}
+	srv := &http.Server{Addr: cfg.MetricsAddr, Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "addr", cfg.MetricsAddr, "err", err)
+			stop()
+		}
+	}()
+	log.Info("detector running", "rules", len(defs), "interval", cfg.Interval, "webhooks", len(cfg.WebhookURLs))
+	d.Run(ctx)
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}

@@ -1,0 +1,253 @@
+// Package rules loads the detector's rules (SQL plus metadata, one YAML file each) and evaluates
+// them against ClickHouse at an explicit evaluation time.
+//
+// A rule's query returns one row per label set with the columns
+//
+//	labels      Map(String, String)  what the alert is about (e.g. {'app': 'docs-qa'})
+//	value       Float64              the window's figure
+//	baseline    Nullable(Float64)    the same figure over the baseline period (NULL when unknown)
+//	threshold   Float64              the limit value was compared with
+//	firing      UInt8/Bool           1 when the row breaches the threshold
+//	baseline_ok UInt8/Bool           0 when the baseline lacked data and an absolute floor was used
+//
+// Every value in the query is a ClickHouse query parameter ({name:Type}) bound by clickhouse-go; the
+// only text expanded before the query is sent are the macros below, which produce SQL that itself
+// refers to parameters:
+//
+//	{{window "col"}}    col in (now - window, now]
+//	{{baseline "col"}}  col in the baseline period (a range, or the same slice of earlier days)
+//
+// Parameters always bound: now, window_start, baseline_start, baseline_end (DateTime64(6, 'UTC')),
+// window_s, baseline_slice_s and baseline_s (the baseline's total length; Int64 seconds), plus
+// every entry of the rule's params.
+package rules
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+	"text/template"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Definition is one rule file: SQL plus the metadata that turns its rows into alerts.
+type Definition struct {
+	// Name identifies the rule; it becomes the alert's `alertname` label. Lower case, digits, '_'.
+	Name string `yaml:"name"`
+	// Severity is copied to the alert's `severity` label (e.g. "warning", "critical").
+	Severity string `yaml:"severity"`
+	// Interval is how often the rule is evaluated; zero means the detector's DETECTOR_INTERVAL.
+	Interval Duration `yaml:"interval"`
+	// Window is the length of the evaluated period ending at the evaluation time.
+	Window Duration `yaml:"window"`
+	// For is how long a row must keep firing before the alert fires (a hold; zero fires at once).
+	For Duration `yaml:"for"`
+	// Baseline says which earlier period the window is compared with.
+	Baseline Baseline `yaml:"baseline"`
+	// Params are thresholds and other constants, bound as query parameters of the same name.
+	Params map[string]any `yaml:"params"`
+	// Summary and Description are text/template strings over [TemplateData].
+	Summary     string `yaml:"summary"`
+	Description string `yaml:"description"`
+	// Query is the SQL (see the package documentation for its contract).
+	Query string `yaml:"query"`
+	// Source is the file the rule was read from.
+	Source string `yaml:"-"`
+}
+
+// Baseline describes the comparison period. The default is the previous 24 h ending 1 h before the
+// evaluation time. With Days > 0 the baseline is instead the same slice of time (the window's length,
+// or Slice) on each of the previous Days days, which follows daily seasonality.
+type Baseline struct {
+	// Length of the period (default 24h) and Offset, the gap before the evaluation time (default 1h).
+	Length Duration `yaml:"length"`
+	Offset Duration `yaml:"offset"`
+	// Days and Slice select the same-time-of-day mode.
+	Days  int      `yaml:"days"`
+	Slice Duration `yaml:"slice"`
+}
+
+// Duration is a time.Duration read from YAML as a Go duration string ("30s", "24h").
+type Duration time.Duration
+
+// UnmarshalYAML parses a duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: duration must be a string like \"30s\": %w", n.Line, err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+var (
+	nameRE  = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	paramRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+)
+
+// reservedParams are bound by the evaluator and may not be set in a rule's params.
+var reservedParams = map[string]bool{
+	"now": true, "window_start": true, "baseline_start": true, "baseline_end": true,
+	"window_s": true, "baseline_slice_s": true, "baseline_s": true,
+}
+
+// Parse reads one rule file. source names it in errors.
+func Parse(source string, data []byte) (*Definition, error) {
+	var d Definition
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&d); err != nil {
+		return nil, fmt.Errorf("rule file %s: %w", source, err)
+	}
+	d.Source = source
+	if err := d.validate(); err != nil {
+		return nil, fmt.Errorf("rule file %s: %w", source, err)
+	}
+	return &d, nil
+}
+
+func (d *Definition) validate() error {
+	if !nameRE.MatchString(d.Name) {
+		return fmt.Errorf("name %q: must match %s", d.Name, nameRE)
+	}
+	if d.Window <= 0 {
+		return fmt.Errorf("rule %s: window must be positive", d.Name)
+	}
+	if d.Interval < 0 || d.For < 0 {
+		return fmt.Errorf("rule %s: interval and for must not be negative", d.Name)
+	}
+	if d.Baseline.Length == 0 {
+		d.Baseline.Length = Duration(24 * time.Hour)
+	}
+	if d.Baseline.Offset == 0 {
+		d.Baseline.Offset = Duration(time.Hour)
+	}
+	if d.Baseline.Slice == 0 {
+		d.Baseline.Slice = d.Window
+	}
+	if d.Baseline.Days < 0 || d.Baseline.Length < 0 || d.Baseline.Offset < 0 {
+		return fmt.Errorf("rule %s: baseline days, length and offset must not be negative", d.Name)
+	}
+	if d.Baseline.Days > 0 && d.Baseline.Slice.D() >= 24*time.Hour {
+		return fmt.Errorf("rule %s: baseline slice must be shorter than a day", d.Name)
+	}
+	if d.Severity == "" {
+		d.Severity = "warning"
+	}
+	for k, v := range d.Params {
+		if !paramRE.MatchString(k) || reservedParams[k] {
+			return fmt.Errorf("rule %s: parameter name %q is not allowed", d.Name, k)
+		}
+		switch v.(type) {
+		case int, int64, float64, string, bool:
+		default:
+			return fmt.Errorf("rule %s: parameter %s: want a number, string or bool, got %T", d.Name, k, v)
+		}
+	}
+	if strings.TrimSpace(d.Query) == "" {
+		return fmt.Errorf("rule %s: query is empty", d.Name)
+	}
+	if _, err := d.expandQuery(); err != nil {
+		return err
+	}
+	for _, t := range []struct{ name, text string }{{"summary", d.Summary}, {"description", d.Description}} {
+		if _, err := template.New(t.name).Option("missingkey=zero").Funcs(textFuncs).Parse(t.text); err != nil {
+			return fmt.Errorf("rule %s: %s template: %w", d.Name, t.name, err)
+		}
+	}
+	return nil
+}
+
+// expandQuery applies the macros. Only SQL text with parameter references is produced.
+func (d *Definition) expandQuery() (string, error) {
+	t, err := template.New(d.Name).Option("missingkey=error").Funcs(template.FuncMap{
+		"window": func(col string) (string, error) {
+			if err := checkColumn(col); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("(%[1]s > {window_start:DateTime64(6, 'UTC')} AND %[1]s <= {now:DateTime64(6, 'UTC')})", col), nil
+		},
+		"baseline": func(col string) (string, error) {
+			if err := checkColumn(col); err != nil {
+				return "", err
+			}
+			s := fmt.Sprintf("(%[1]s > {baseline_start:DateTime64(6, 'UTC')} AND %[1]s <= {baseline_end:DateTime64(6, 'UTC')}", col)
+			if d.Baseline.Days > 0 {
+				s += fmt.Sprintf(" AND modulo(dateDiff('second', %s, {now:DateTime64(6, 'UTC')}), 86400) <= {baseline_slice_s:Int64}", col)
+			}
+			return s + ")", nil
+		},
+	}).Parse(d.Query)
+	if err != nil {
+		return "", fmt.Errorf("rule %s: query template: %w", d.Name, err)
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, nil); err != nil {
+		return "", fmt.Errorf("rule %s: query template: %w", d.Name, err)
+	}
+	return b.String(), nil
+}
+
+var columnRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]*$`)
+
+func checkColumn(col string) error {
+	if !columnRE.MatchString(col) {
+		return fmt.Errorf("macro argument %q is not a column name", col)
+	}
+	return nil
+}
+
+// Load reads every *.yaml / *.yml file directly in dir of fsys, sorted by name.
+func Load(fsys fs.FS, dir string) ([]*Definition, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, fmt.Errorf("read rules directory %s: %w", dir, err)
+	}
+	var defs []*Definition
+	for _, e := range entries {
+		if e.IsDir() || !(strings.HasSuffix(e.Name(), ".yaml") || strings.HasSuffix(e.Name(), ".yml")) {
+			continue
+		}
+		p := path.Join(dir, e.Name())
+		data, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return nil, fmt.Errorf("read rule file %s: %w", p, err)
+		}
+		d, err := Parse(p, data)
+		if err != nil {
+			return nil, err
+		}
+		defs = append(defs, d)
+	}
+	return defs, nil
+}
+
+// Merge combines rule sets; a later set's rule replaces an earlier one of the same name (so a user
+// directory can override a built-in rule). The result is sorted by name.
+func Merge(sets ...[]*Definition) []*Definition {
+	byName := map[string]*Definition{}
+	for _, set := range sets {
+		for _, d := range set {
+			byName[d.Name] = d
+		}
+	}
+	out := make([]*Definition, 0, len(byName))
+	for _, d := range byName {
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

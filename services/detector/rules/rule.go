@@ -1,0 +1,190 @@
+package rules
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"text/template"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// Sample is one row of a rule's result at one evaluation time.
+type Sample struct {
+	// Labels identify what the row is about; they do not include the rule name.
+	Labels map[string]string
+	// Value is the window's figure, Baseline the baseline's (NaN when unknown), Threshold the
+	// limit Value was compared with; their unit is the rule's (a share, seconds, a count).
+	Value, Baseline, Threshold float64
+	// Firing is true when the row breaches the threshold.
+	Firing bool
+	// BaselineOK is false when the baseline lacked data and the rule used its absolute floor.
+	BaselineOK bool
+}
+
+// Rule is anything the detector evaluates: a name and rows at an explicit time. Nothing inside a
+// rule reads the wall clock.
+type Rule interface {
+	Name() string
+	Eval(ctx context.Context, ts time.Time) ([]Sample, error)
+}
+
+// SQLRule evaluates a [Definition]'s query on ClickHouse.
+type SQLRule struct {
+	def   *Definition
+	query string
+	conn  driver.Conn
+}
+
+// NewSQLRule prepares def for evaluation on conn.
+func NewSQLRule(def *Definition, conn driver.Conn) (*SQLRule, error) {
+	q, err := def.expandQuery()
+	if err != nil {
+		return nil, err
+	}
+	// The wrapper fixes the result's column types so that every rule scans the same way.
+	wrapped := "SELECT CAST(labels, 'Map(String, String)'), toFloat64(value), CAST(baseline, 'Nullable(Float64)'), " +
+		"toFloat64(threshold), toUInt8(firing), toUInt8(baseline_ok) FROM (\n" + q + "\n)"
+	return &SQLRule{def: def, query: wrapped, conn: conn}, nil
+}
+
+// Name returns the rule's name.
+func (r *SQLRule) Name() string { return r.def.Name }
+
+// Definition returns the rule's metadata.
+func (r *SQLRule) Definition() *Definition { return r.def }
+
+// Query returns the SQL sent to ClickHouse (macros expanded, parameters unbound).
+func (r *SQLRule) Query() string { return r.query }
+
+// Params returns the query parameters bound for an evaluation at ts, as ClickHouse text values.
+func (r *SQLRule) Params(ts time.Time) clickhouse.Parameters {
+	d := r.def
+	ts = ts.UTC()
+	p := clickhouse.Parameters{
+		"now":              chTime(ts),
+		"window_start":     chTime(ts.Add(-d.Window.D())),
+		"window_s":         strconv.FormatInt(int64(d.Window.D()/time.Second), 10),
+		"baseline_slice_s": strconv.FormatInt(int64(d.Baseline.Slice.D()/time.Second), 10),
+	}
+	if d.Baseline.Days > 0 {
+		p["baseline_start"] = chTime(ts.Add(-time.Duration(d.Baseline.Days)*24*time.Hour - d.Baseline.Slice.D()))
+		p["baseline_end"] = chTime(ts.Add(-24 * time.Hour))
+		p["baseline_s"] = strconv.FormatInt(int64(d.Baseline.Days)*int64(d.Baseline.Slice.D()/time.Second), 10)
+	} else {
+		end := ts.Add(-d.Baseline.Offset.D())
+		p["baseline_start"] = chTime(end.Add(-d.Baseline.Length.D()))
+		p["baseline_end"] = chTime(end)
+		p["baseline_s"] = strconv.FormatInt(int64(d.Baseline.Length.D()/time.Second), 10)
+	}
+	for k, v := range d.Params {
+		p[k] = paramText(v)
+	}
+	return p
+}
+
+func chTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000000") }
+
+func paramText(v any) string {
+	switch x := v.(type) {
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	case int:
+		return strconv.Itoa(x)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case bool:
+		if x {
+			return "1"
+		}
+		return "0"
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+// Eval runs the query as of ts and returns its rows.
+func (r *SQLRule) Eval(ctx context.Context, ts time.Time) ([]Sample, error) {
+	ctx = clickhouse.Context(ctx, clickhouse.WithParameters(r.Params(ts)))
+	rows, err := r.conn.Query(ctx, r.query)
+	if err != nil {
+		return nil, fmt.Errorf("evaluate rule %s at %s: %w", r.def.Name, ts.UTC().Format(time.RFC3339), err)
+	}
+	defer rows.Close()
+	var out []Sample
+	for rows.Next() {
+		var (
+			s        Sample
+			baseline *float64
+			firing   uint8
+			ok       uint8
+		)
+		if err := rows.Scan(&s.Labels, &s.Value, &baseline, &s.Threshold, &firing, &ok); err != nil {
+			return nil, fmt.Errorf("read rule %s row: %w", r.def.Name, err)
+		}
+		s.Baseline = math.NaN()
+		if baseline != nil {
+			s.Baseline = *baseline
+		}
+		s.Firing, s.BaselineOK = firing != 0, ok != 0
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read rule %s rows: %w", r.def.Name, err)
+	}
+	return out, nil
+}
+
+// TemplateData is what summary and description templates see.
+type TemplateData struct {
+	Rule                       string
+	Labels                     map[string]string
+	Value, Baseline, Threshold float64
+	BaselineOK                 bool
+	Params                     map[string]any
+}
+
+var textFuncs = template.FuncMap{
+	// f formats a number with 3 significant decimals, "unknown" for NaN.
+	"f": func(v float64) string {
+		if math.IsNaN(v) {
+			return "unknown"
+		}
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	},
+	// pct formats a fraction as a percentage.
+	"pct": func(v float64) string {
+		if math.IsNaN(v) {
+			return "unknown"
+		}
+		return strconv.FormatFloat(v*100, 'f', 1, 64) + "%"
+	},
+}
+
+// Render fills the rule's summary and description for one row.
+func (d *Definition) Render(s Sample) (summary, description string, err error) {
+	data := TemplateData{Rule: d.Name, Labels: s.Labels, Value: s.Value, Baseline: s.Baseline,
+		Threshold: s.Threshold, BaselineOK: s.BaselineOK, Params: d.Params}
+	render := func(name, text string) (string, error) {
+		t, err := template.New(name).Option("missingkey=zero").Funcs(textFuncs).Parse(text)
+		if err != nil {
+			return "", err
+		}
+		var b bytes.Buffer
+		if err := t.Execute(&b, data); err != nil {
+			return "", fmt.Errorf("rule %s: render %s: %w", d.Name, name, err)
+		}
+		return b.String(), nil
+	}
+	if summary, err = render("summary", d.Summary); err != nil {
+		return "", "", err
+	}
+	if description, err = render("description", d.Description); err != nil {
+		return "", "", err
+	}
+	return summary, description, nil
+}

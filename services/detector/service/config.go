@@ -1,0 +1,74 @@
+// Package service assembles the detector: settings, built-in and user rules, evaluation groups,
+// the webhook notifier, alert state persistence, replay, and the metrics/health endpoint.
+package service
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/servescope/servescope/services/internal/config"
+)
+
+// Config is the detector's environment.
+type Config struct {
+	// ClickHouse is where the landing tables and the alerts table live.
+	ClickHouse config.ClickHouse
+	// WebhookURLs receive every alert (Alertmanager webhook v4).
+	WebhookURLs []string `env:"DETECTOR_WEBHOOK_URLS" envSeparator:","`
+	// WebhookSecret, when set, signs bodies: X-Servescope-Signature: sha256=<hex HMAC-SHA256>.
+	WebhookSecret string `env:"DETECTOR_WEBHOOK_SECRET"`
+	// WebhookSecretFile is read for the secret instead (Docker/Kubernetes secrets).
+	WebhookSecretFile string `env:"DETECTOR_WEBHOOK_SECRET_FILE"`
+	// RulesDir holds extra rule files (*.yaml); a rule named like a built-in one replaces it.
+	RulesDir string `env:"DETECTOR_RULES_DIR"`
+	// Interval is the evaluation interval of rules that do not set their own.
+	Interval time.Duration `env:"DETECTOR_INTERVAL" envDefault:"30s"`
+	// MetricsAddr serves /metrics and /healthz.
+	MetricsAddr string `env:"DETECTOR_METRICS_ADDR" envDefault:":9102"`
+	// RepeatInterval is how often a still-firing alert is sent again.
+	RepeatInterval time.Duration `env:"DETECTOR_REPEAT_INTERVAL" envDefault:"4h"`
+	// EvalDelay evaluates that far behind the wall clock, so events still in the pipeline
+	// (gateway → NATS → consumer batch) are in the tables when a window is read.
+	EvalDelay time.Duration `env:"DETECTOR_EVAL_DELAY" envDefault:"10s"`
+	// ExternalURL is where the detector is reachable, sent as the messages' externalURL.
+	ExternalURL string `env:"DETECTOR_EXTERNAL_URL"`
+}
+
+// Validate checks the detector's own settings.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Interval < time.Second {
+		errs = append(errs, fmt.Errorf("DETECTOR_INTERVAL: must be at least 1s, got %s", c.Interval))
+	}
+	if c.RepeatInterval < 0 || c.EvalDelay < 0 {
+		errs = append(errs, errors.New("DETECTOR_REPEAT_INTERVAL and DETECTOR_EVAL_DELAY: must not be negative"))
+	}
+	for _, u := range c.WebhookURLs {
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			errs = append(errs, fmt.Errorf("DETECTOR_WEBHOOK_URLS: %q is not an http(s) URL", redactedHost(u)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func redactedHost(u string) string {
+	if i := strings.IndexAny(u, "?@"); i >= 0 {
+		return u[:i] + "…"
+	}
+	return u
+}
+
+// Secret returns the webhook secret, from the file when one is named.
+func (c *Config) Secret() ([]byte, error) {
+	if c.WebhookSecretFile == "" {
+		return []byte(c.WebhookSecret), nil
+	}
+	b, err := os.ReadFile(c.WebhookSecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("DETECTOR_WEBHOOK_SECRET_FILE: %w", err)
+	}
+	return []byte(strings.TrimSpace(string(b))), nil
+}

@@ -1,0 +1,210 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	builtin "github.com/servescope/servescope/deploy/detector"
+	"github.com/servescope/servescope/services/detector/alerting"
+	"github.com/servescope/servescope/services/detector/notify"
+	"github.com/servescope/servescope/services/detector/rules"
+)
+
+// LoadRules returns the built-in rules merged with the *.yaml files of dir (when not empty).
+func LoadRules(dir string) ([]*rules.Definition, error) {
+	defs, err := rules.Load(builtin.Rules, builtin.RulesDir)
+	if err != nil {
+		return nil, fmt.Errorf("built-in rules: %w", err)
+	}
+	if dir == "" {
+		return defs, nil
+	}
+	user, err := rules.Load(os.DirFS(dir), ".")
+	if err != nil {
+		return nil, fmt.Errorf("DETECTOR_RULES_DIR %s: %w", dir, err)
+	}
+	return rules.Merge(defs, user), nil
+}
+
+// Detector is the assembled service.
+type Detector struct {
+	cfg      Config
+	conn     driver.Conn
+	rules    []*alerting.Rule
+	groups   []*alerting.Group
+	notifier *notify.Notifier
+	reg      *prometheus.Registry
+	log      *slog.Logger
+}
+
+// New builds the detector's rules and groups on conn. reg receives the detector's metrics.
+func New(cfg Config, conn driver.Conn, defs []*rules.Definition, reg *prometheus.Registry, log *slog.Logger) (*Detector, error) {
+	secret, err := cfg.Secret()
+	if err != nil {
+		return nil, err
+	}
+	n, err := notify.New(notify.Options{
+		URLs: cfg.WebhookURLs, Secret: secret, ExternalURL: cfg.ExternalURL,
+		Recorder: notify.CHRecorder{Conn: conn}, Registerer: reg, Log: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	d := &Detector{cfg: cfg, conn: conn, notifier: n, reg: reg, log: log}
+	metrics := alerting.NewMetrics(reg)
+	byInterval := map[time.Duration]*alerting.Group{}
+	for _, def := range defs {
+		q, err := rules.NewSQLRule(def, conn)
+		if err != nil {
+			return nil, err
+		}
+		r := alerting.NewRule(def, q)
+		d.rules = append(d.rules, r)
+		iv := def.Interval.D()
+		if iv <= 0 {
+			iv = cfg.Interval
+		}
+		g, ok := byInterval[iv]
+		if !ok {
+			g = &alerting.Group{Interval: iv, Repeat: cfg.RepeatInterval, Store: alerting.CHStore{Conn: conn},
+				Notify: d.notify, Metrics: metrics, Log: log}
+			byInterval[iv] = g
+			d.groups = append(d.groups, g)
+		}
+		g.Rules = append(g.Rules, r)
+	}
+	return d, nil
+}
+
+// Groups returns the evaluation groups (one per distinct interval).
+func (d *Detector) Groups() []*alerting.Group { return d.groups }
+
+// Notifier returns the webhook notifier.
+func (d *Detector) Notifier() *notify.Notifier { return d.notifier }
+
+// Restore loads alert state from the alerts table, so a restart neither forgets a firing alert
+// nor sends it again.
+func (d *Detector) Restore(ctx context.Context) error {
+	alerts, err := alerting.CHStore{Conn: d.conn}.Load(ctx)
+	if err != nil {
+		return err
+	}
+	for _, g := range d.groups {
+		if err := g.Restore(ctx, alerts); err != nil {
+			return err
+		}
+	}
+	d.log.Info("alert state restored", "alerts", len(alerts))
+	return nil
+}
+
+// Run evaluates every group on its interval and delivers notifications until ctx ends.
+func (d *Detector) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); d.notifier.Run(ctx) }()
+	for _, g := range d.groups {
+		wg.Add(1)
+		go func() { defer wg.Done(); g.Run(ctx, d.cfg.EvalDelay) }()
+	}
+	wg.Wait()
+}
+
+func (d *Detector) notify(_ context.Context, _ time.Time, alerts []*alerting.Alert) {
+	out := make([]notify.Alert, 0, len(alerts))
+	for _, a := range alerts {
+		out = append(out, ToWebhook(a, d.cfg.ExternalURL))
+	}
+	d.notifier.Send(out...)
+}
+
+// ToWebhook converts an alert to its webhook form.
+func ToWebhook(a *alerting.Alert, externalURL string) notify.Alert {
+	w := notify.Alert{Status: "firing", Labels: a.Labels, Annotations: a.Annotations, StartsAt: a.ActiveAt.UTC(),
+		Fingerprint: a.Fingerprint}
+	if a.Resolved() {
+		w.Status, w.EndsAt = "resolved", a.ResolvedAt.UTC()
+	}
+	if externalURL != "" {
+		w.GeneratorURL = externalURL + "/rules#" + a.Rule
+	}
+	return w
+}
+
+// ReplayLine is one line of `--once` output: an alert that would be pending or firing.
+type ReplayLine struct {
+	Rule        string            `json:"rule"`
+	State       string            `json:"state"`
+	Labels      map[string]string `json:"labels"`
+	Value       *float64          `json:"value"`
+	Baseline    *float64          `json:"baseline"`
+	Threshold   *float64          `json:"threshold"`
+	Summary     string            `json:"summary"`
+	Fingerprint string            `json:"fingerprint"`
+	ActiveAt    time.Time         `json:"active_at"`
+	BaselineOK  bool              `json:"baseline_ok"`
+}
+
+// Replay evaluates every rule as of at (with the earlier ticks each rule's `for` needs) and writes
+// one JSON object per pending or firing alert to w, sorted by rule and fingerprint. It sends and
+// saves nothing.
+func (d *Detector) Replay(ctx context.Context, at time.Time, w io.Writer) error {
+	alerts, err := alerting.Replay(ctx, at, d.cfg.Interval, d.rules)
+	if err != nil {
+		return err
+	}
+	sort.Slice(alerts, func(i, j int) bool {
+		if alerts[i].Rule != alerts[j].Rule {
+			return alerts[i].Rule < alerts[j].Rule
+		}
+		return alerts[i].Fingerprint < alerts[j].Fingerprint
+	})
+	enc := json.NewEncoder(w)
+	for _, a := range alerts {
+		_, noteMissing := a.Annotations["baseline_note"]
+		if err := enc.Encode(ReplayLine{
+			Rule: a.Rule, State: a.State.String(), Labels: a.Labels, Value: finite(a.Value),
+			Baseline: finite(a.Baseline), Threshold: finite(a.Threshold), Summary: a.Annotations["summary"],
+			Fingerprint: a.Fingerprint, ActiveAt: a.ActiveAt.UTC(), BaselineOK: !noteMissing,
+		}); err != nil {
+			return fmt.Errorf("write replay output: %w", err)
+		}
+	}
+	return nil
+}
+
+func finite(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+// Handler serves /metrics (the registry) and /healthz (200 when ClickHouse answers a ping).
+func (d *Detector) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := d.conn.Ping(ctx); err != nil {
+			http.Error(w, "clickhouse: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	return mux
+}
