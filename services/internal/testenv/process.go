@@ -104,15 +104,32 @@ func (s *NATSServer) Kill() { s.proc.t.Helper(); s.proc.stop(syscall.SIGKILL) }
 // and Start, so tables and acknowledged inserts survive a restart. Methods that start or stop the
 // process call t.Fatal on failure and must run on the test's goroutine.
 type ClickHouseServer struct {
-	proc     *serverProcess
-	tcpPort  int
-	httpPort int
-	dataDir  string
+	proc      *serverProcess
+	tcpPort   int
+	httpPort  int
+	dataDir   string
+	engineLog string
+}
+
+// chEngineLogSize bounds each of the engine's log files; one rotated file of each is kept.
+const chEngineLogSize = "10M"
+
+// chEngineConfig is the engine config of a private server: only a <logger> section, because
+// without one the engine logs nothing and a crash (its report names the signal, the query and the
+// stack) leaves no trace. errorlog gets warnings and worse, log everything at information.
+func chEngineConfig(engineLog, errorLog string) string {
+	return "<clickhouse>\n  <logger>\n" +
+		"    <log>" + engineLog + "</log>\n" +
+		"    <errorlog>" + errorLog + "</errorlog>\n" +
+		"    <size>" + chEngineLogSize + "</size>\n" +
+		"    <count>1</count>\n" +
+		"  </logger>\n</clickhouse>\n"
 }
 
 // StartClickHouse starts a private ClickHouse server on two free loopback ports (native and HTTP)
 // with its data under t.TempDir(). It returns once HTTP `SELECT 1` answers 1. The server is killed when
-// the test ends.
+// the test ends. The engine's own log is [ClickHouseServer.EngineLog]; when the test fails, the tails
+// of the launcher's output and of the engine's error log are shown.
 func StartClickHouse(t testing.TB) *ClickHouseServer {
 	t.Helper()
 	root := procRepoRootOrFatal(t)
@@ -122,9 +139,15 @@ func StartClickHouse(t testing.TB) *ClickHouseServer {
 	procRequireFile(t, lib)
 	dir := t.TempDir()
 	s := &ClickHouseServer{
-		tcpPort:  procFreePort(t),
-		httpPort: procFreePort(t),
-		dataDir:  filepath.Join(dir, "data"),
+		tcpPort:   procFreePort(t),
+		httpPort:  procFreePort(t),
+		dataDir:   filepath.Join(dir, "data"),
+		engineLog: filepath.Join(dir, "clickhouse-server.log"),
+	}
+	errorLog := filepath.Join(dir, "clickhouse-server.err.log")
+	configPath := filepath.Join(dir, "config.xml")
+	if err := os.WriteFile(configPath, []byte(chEngineConfig(s.engineLog, errorLog)), 0o600); err != nil {
+		t.Fatalf("write ClickHouse config: %v", err)
 	}
 	s.proc = &serverProcess{
 		t:    t,
@@ -136,8 +159,11 @@ func StartClickHouse(t testing.TB) *ClickHouseServer {
 			"--tcp-port", strconv.Itoa(s.tcpPort),
 			"--http-port", strconv.Itoa(s.httpPort),
 			"--listen-host", "127.0.0.1",
+			"--config", configPath,
+			"--log-level", "information",
 		},
-		logPath: filepath.Join(dir, "clickhouse.log"),
+		logPath:   filepath.Join(dir, "clickhouse.log"),
+		extraLogs: []string{errorLog},
 		ready: func(ctx context.Context) error {
 			body, err := procHTTPGet(ctx, s.HTTPURL()+"/?query=SELECT%201")
 			if err != nil {
@@ -163,6 +189,10 @@ func (s *ClickHouseServer) HTTPURL() string { return "http://127.0.0.1:" + strco
 // DataDir is the server's data path; it survives Stop, Kill and Start.
 func (s *ClickHouseServer) DataDir() string { return s.dataDir }
 
+// EngineLog is the engine's own log at level information (rotated at 10 MB), beside the data
+// path; a crash report (signal, query, stack) lands here and in the error log next to it.
+func (s *ClickHouseServer) EngineLog() string { return s.engineLog }
+
 // Start restarts a stopped server on the same ports and data path and waits until `SELECT 1` answers.
 func (s *ClickHouseServer) Start() { s.proc.t.Helper(); s.proc.start() }
 
@@ -175,13 +205,16 @@ func (s *ClickHouseServer) Stop() { s.proc.t.Helper(); s.proc.stop(syscall.SIGTE
 func (s *ClickHouseServer) Kill() { s.proc.t.Helper(); s.proc.stop(syscall.SIGKILL) }
 
 // serverProcess runs one server binary in its own process group with output appended to logPath.
+// Failure messages show the tail of logPath and of each of extraLogs (files the server itself
+// writes) that exists.
 type serverProcess struct {
-	t       testing.TB
-	name    string
-	path    string
-	args    []string
-	logPath string
-	ready   func(ctx context.Context) error
+	t         testing.TB
+	name      string
+	path      string
+	args      []string
+	logPath   string
+	extraLogs []string
+	ready     func(ctx context.Context) error
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -299,9 +332,21 @@ func (p *serverProcess) signalLocked(sig syscall.Signal) {
 }
 
 func (p *serverProcess) logTail() string {
-	data, err := os.ReadFile(p.logPath)
+	tail := fileTail(p.logPath)
+	for _, path := range p.extraLogs {
+		if _, err := os.Stat(path); err != nil {
+			continue
+		}
+		tail += fmt.Sprintf("\n--- %s:\n%s", path, fileTail(path))
+	}
+	return tail
+}
+
+// fileTail returns the last procLogTailLines lines of path, or why it could not be read.
+func fileTail(path string) string {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Sprintf("(read %s: %v)", p.logPath, err)
+		return fmt.Sprintf("(read %s: %v)", path, err)
 	}
 	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 	if len(lines) > procLogTailLines {

@@ -3,8 +3,10 @@ package testenv
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +125,90 @@ func TestClickHouseServerKeepsRowsAcrossStopAndKill(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("count over native protocol = %d, want 2", n)
 	}
+
+	// The engine keeps its own log: each of the three starts wrote its pid there.
+	engineLog, err := os.ReadFile(s.EngineLog())
+	if err != nil {
+		t.Fatalf("read engine log: %v", err)
+	}
+	if got := strings.Count(string(engineLog), "StatusFile: Writing pid"); got != 3 {
+		t.Fatalf("engine log %s has %d start lines (StatusFile: Writing pid), want 3", s.EngineLog(), got)
+	}
+}
+
+// TestClickHouseServerSurvivesFailedNativeConnections covers what used to end the whole engine
+// (clickhouse-local terminates on any exception leaving a connection thread; chlaunch disarms that):
+// each failed native connection must leave the server serving the next client.
+func TestClickHouseServerSurvivesFailedNativeConnections(t *testing.T) {
+	t.Parallel()
+	s := StartClickHouse(t)
+	tests := []struct {
+		name    string
+		connect func(ctx context.Context) error
+		want    string // in the client's error; empty when the client sees none
+	}{
+		{"default database does not exist", func(ctx context.Context) error {
+			return nativePing(ctx, s, clickhouse.Auth{Database: "no_such_database"})
+		}, "no_such_database does not exist"},
+		{"wrong password", func(ctx context.Context) error {
+			return nativePing(ctx, s, clickhouse.Auth{Username: "default", Password: "wrong"})
+		}, "Authentication failed"},
+		{"handshake cut short", func(ctx context.Context) error {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", s.Addr())
+			if err != nil {
+				return err
+			}
+			// The first bytes of a Hello packet, then a normal close.
+			if _, err := c.Write([]byte{0, 10, 'c', 'l', 'i'}); err != nil {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond)
+			return c.Close()
+		}, ""},
+		{"connection reset before the handshake", func(ctx context.Context) error {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", s.Addr())
+			if err != nil {
+				return err
+			}
+			// Linger 0 makes Close send RST.
+			if err := c.(*net.TCPConn).SetLinger(0); err != nil {
+				return err
+			}
+			return c.Close()
+		}, ""},
+	}
+	for _, tc := range tests {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := tc.connect(ctx)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+		// Give a dying engine time to go, then check that it still serves both protocols.
+		time.Sleep(500 * time.Millisecond)
+		if err := nativePing(ctx, s, clickhouse.Auth{}); err != nil {
+			cancel()
+			t.Fatalf("after %s: native ping: %v", tc.name, err)
+		}
+		cancel()
+		if got := chHTTP(t, s, "SELECT 1"); got != "1" {
+			t.Fatalf("after %s: SELECT 1 = %q", tc.name, got)
+		}
+	}
+}
+
+// nativePing opens a native protocol connection to s with auth and pings it.
+func nativePing(ctx context.Context, s *ClickHouseServer, auth clickhouse.Auth) error {
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{s.Addr()}, Auth: auth, DialTimeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Ping(ctx)
 }
 
 func natsConnect(t *testing.T, url string) *nats.Conn {
