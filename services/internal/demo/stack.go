@@ -1,0 +1,201 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Ports are the demo's fixed loopback ports. They stay clear of the dev services (NATS 4222/8222,
+// ClickHouse 9000/8123) and of the services' production defaults (8000, 8080, 4317, ...), so a
+// demo runs beside both.
+type Ports struct {
+	Engine, Gateway, RAG, Webhook, Consumer, Detector, Collector, OTLPGRPC, OTLPHTTP int
+}
+
+// DefaultPortBase is the first of the demo's nine consecutive ports.
+const DefaultPortBase = 19600
+
+// PortsFrom lays the nine ports out from base.
+func PortsFrom(base int) Ports {
+	return Ports{
+		Engine: base, Gateway: base + 1, RAG: base + 2, Webhook: base + 3, Consumer: base + 4,
+		Detector: base + 5, Collector: base + 6, OTLPGRPC: base + 7, OTLPHTTP: base + 8,
+	}
+}
+
+// List names every port with its use, in print order.
+func (p Ports) List() []NamedPort {
+	return []NamedPort{
+		{"vllmsim (OpenAI API, /metrics)", p.Engine}, {"gateway (OpenAI API)", p.Gateway},
+		{"ragdemo (POST /ask)", p.RAG}, {"webhook receiver (in the driver)", p.Webhook},
+		{"consumer /metrics", p.Consumer}, {"detector /metrics", p.Detector},
+		{"collector /metrics", p.Collector}, {"collector OTLP/gRPC", p.OTLPGRPC}, {"collector OTLP/HTTP", p.OTLPHTTP},
+	}
+}
+
+// NamedPort is one port and what listens on it.
+type NamedPort struct {
+	Use  string
+	Port int
+}
+
+// CheckFree fails, naming the port and its use, when one of p cannot be bound on 127.0.0.1.
+func (p Ports) CheckFree() error {
+	for _, np := range p.List() {
+		ln, err := net.Listen("tcp", addr(np.Port))
+		if err != nil {
+			return fmt.Errorf("port %d (%s) is taken: %w; stop what uses it or pick other ports with SERVESCOPE_DEMO_PORT_BASE", np.Port, np.Use, err)
+		}
+		ln.Close()
+	}
+	return nil
+}
+
+func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+
+func url(port int, path string) string { return "http://" + addr(port) + path }
+
+// Dev is how to reach the dev services.
+type Dev struct {
+	NATSURL, ClickHouseAddr string
+}
+
+// Stack holds the settings every demo service shares.
+type Stack struct {
+	Ports    Ports
+	Dev      Dev
+	Database string // ClickHouse database of the demo
+	Prefix   string // NATS subject prefix of the demo
+	StateDir string // spools, collector offsets, rules
+	LogDir   string
+	// EngineLog is the vLLM-shaped log vllmsim appends to and the collector follows.
+	EngineLog  string
+	AdminToken string // ragdemo's admin bearer token
+	Model      string
+}
+
+// EngineName is the engine's name in engine.* events (COLLECTOR_TARGETS name=URL).
+const EngineName = "vllmsim"
+
+func (s *Stack) shared() map[string]string {
+	return map[string]string{
+		"SERVESCOPE_NATS_URL":            s.Dev.NATSURL,
+		"SERVESCOPE_SUBJECT_PREFIX":      s.Prefix,
+		"SERVESCOPE_CLICKHOUSE_ADDR":     s.Dev.ClickHouseAddr,
+		"SERVESCOPE_CLICKHOUSE_DATABASE": s.Database,
+	}
+}
+
+func with(base map[string]string, kv ...string) map[string]string {
+	out := make(map[string]string, len(base)+len(kv)/2)
+	for k, v := range base {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return out
+}
+
+// Service is one process of the stack: how to start it and how to know it serves.
+type Service struct {
+	Name   string
+	Bin    string
+	Args   []string
+	Env    map[string]string
+	Health string // URL answering 200 once the service serves
+}
+
+// EngineArgs are vllmsim's flags; extra adds the incident knobs (--wrong-language-share, ...).
+func (s *Stack) EngineArgs(extra ...string) []string {
+	return append([]string{
+		"--listen", addr(s.Ports.Engine), "--model", s.Model, "--time-scale", "1",
+		"--log-file", s.EngineLog, "--otlp-endpoint", addr(s.Ports.OTLPGRPC), "--otlp-protocol", "grpc",
+	}, extra...)
+}
+
+// Engine is vllmsim with extra flags.
+func (s *Stack) Engine(extra ...string) Service {
+	return Service{Name: "vllmsim", Bin: "vllmsim", Args: s.EngineArgs(extra...), Health: url(s.Ports.Engine, "/health")}
+}
+
+// Services are the stack's processes in start order (the engine comes from Engine).
+func (s *Stack) Services() (consumer, collector, gateway, ragdemo, detector Service) {
+	sh := s.shared()
+	consumer = Service{Name: "consumer", Bin: "consumer", Health: url(s.Ports.Consumer, "/readyz"),
+		Env: with(sh, "CONSUMER_METRICS_ADDR", addr(s.Ports.Consumer), "CONSUMER_FLUSH_INTERVAL", "500ms",
+			"CONSUMER_DURABLE", "servescope-demo-writer")}
+	collector = Service{Name: "collector", Bin: "collector", Args: []string{"run"}, Health: url(s.Ports.Collector, "/healthz"),
+		Env: with(sh,
+			"COLLECTOR_TARGETS", EngineName+"="+url(s.Ports.Engine, "/metrics"),
+			"COLLECTOR_SCRAPE_INTERVAL", "500ms",
+			"COLLECTOR_OTLP_GRPC_ADDR", addr(s.Ports.OTLPGRPC),
+			"COLLECTOR_OTLP_HTTP_ADDR", addr(s.Ports.OTLPHTTP),
+			"COLLECTOR_LOG_FILES", EngineName+"="+s.EngineLog,
+			"COLLECTOR_ENGINE", EngineName,
+			"COLLECTOR_METRICS_ADDR", addr(s.Ports.Collector),
+			"COLLECTOR_STATE_DIR", filepath.Join(s.StateDir, "collector"),
+			"COLLECTOR_SPOOL_DIR", filepath.Join(s.StateDir, "collector-spool"))}
+	gateway = Service{Name: "gateway", Bin: "gateway", Health: url(s.Ports.Gateway, "/readyz"),
+		Env: with(sh,
+			"GATEWAY_LISTEN_ADDR", addr(s.Ports.Gateway),
+			"GATEWAY_UPSTREAM_URL", url(s.Ports.Engine, ""),
+			"GATEWAY_SPOOL_DIR", filepath.Join(s.StateDir, "gateway-spool"),
+			"GATEWAY_NAME", "demo-gateway")}
+	ragdemo = Service{Name: "ragdemo", Bin: "ragdemo", Health: url(s.Ports.RAG, "/healthz"),
+		Env: with(sh,
+			"RAGDEMO_LISTEN_ADDR", addr(s.Ports.RAG),
+			"RAGDEMO_GATEWAY_URL", url(s.Ports.Gateway, ""),
+			"RAGDEMO_MODEL", s.Model,
+			"RAGDEMO_ADMIN_TOKEN", s.AdminToken,
+			"RAGDEMO_SPOOL_DIR", filepath.Join(s.StateDir, "ragdemo-spool"))}
+	detector = Service{Name: "detector", Bin: "detector", Health: url(s.Ports.Detector, "/healthz"),
+		Env: with(sh,
+			"DETECTOR_WEBHOOK_URLS", url(s.Ports.Webhook, "/alerts"),
+			"DETECTOR_INTERVAL", "2s",
+			"DETECTOR_EVAL_DELAY", "3s",
+			"DETECTOR_REPEAT_INTERVAL", "1h",
+			"DETECTOR_RULES_DIR", filepath.Join(s.StateDir, "rules"),
+			"DETECTOR_METRICS_ADDR", addr(s.Ports.Detector),
+			"DETECTOR_EXTERNAL_URL", url(s.Ports.Detector, ""))}
+	return
+}
+
+// StartService starts svc and waits until its health URL answers 200, or fails with the tail of
+// its log when it exits first or does not serve within timeout.
+func StartService(ctx context.Context, ps *Procs, svc Service, timeout time.Duration) (*Proc, error) {
+	p, err := ps.Start(svc.Name, svc.Bin, svc.Args, svc.Env)
+	if err != nil {
+		return nil, err
+	}
+	if svc.Health == "" {
+		return p, nil
+	}
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(timeout)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, svc.Health, nil)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p, nil
+			}
+		}
+		select {
+		case <-p.Done():
+			return nil, fmt.Errorf("%s exited at start (%v); its log %s ends:\n%s", svc.Name, p.Err(), p.Log, tail(p.Log, 15))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(150 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			ps.Stop(p, 5*time.Second)
+			return nil, fmt.Errorf("%s did not answer %s within %s; its log %s ends:\n%s", svc.Name, svc.Health, timeout, p.Log, tail(p.Log, 15))
+		}
+	}
+}

@@ -1,0 +1,5 @@
+package demo
+
+import "syscall"
+
+func procAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }

@@ -1,0 +1,174 @@
+package demo
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/servescope/servescope/services/detector/notify"
+)
+
+// Received is one alert as the demo's webhook receiver got it.
+type Received struct {
+	At          time.Time // when the receiver got it (wall clock)
+	Rule        string    // the alertname label
+	Status      string    // firing or resolved
+	Labels      map[string]string
+	Summary     string
+	StartsAt    time.Time
+	Fingerprint string
+}
+
+// Receiver is an Alertmanager-v4 webhook endpoint that keeps every alert it is sent.
+type Receiver struct {
+	mu     sync.Mutex
+	alerts []Received
+	// notify is signalled (non-blocking) after each message.
+	notify chan struct{}
+}
+
+// NewReceiver returns an empty receiver.
+func NewReceiver() *Receiver { return &Receiver{notify: make(chan struct{}, 1)} }
+
+// ServeHTTP takes one webhook message (POST, JSON body of notify.Message).
+func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodPost {
+		http.Error(w, "POST an Alertmanager webhook message", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(req.Body, 4<<20))
+	if err != nil {
+		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	var m notify.Message
+	if err := json.Unmarshal(body, &m); err != nil {
+		http.Error(w, "decode webhook message: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	now := time.Now().UTC()
+	r.mu.Lock()
+	for _, a := range m.Alerts {
+		r.alerts = append(r.alerts, Received{
+			At: now, Rule: a.Labels["alertname"], Status: a.Status, Labels: a.Labels,
+			Summary: a.Annotations["summary"], StartsAt: a.StartsAt, Fingerprint: a.Fingerprint,
+		})
+	}
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// Alerts returns a copy of every alert received, in arrival order.
+func (r *Receiver) Alerts() []Received {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Received(nil), r.alerts...)
+}
+
+// Firing returns when the first firing alert of rule arrived at or after since.
+func (r *Receiver) Firing(rule string, since time.Time) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range r.alerts {
+		if a.Rule == rule && a.Status == "firing" && !a.At.Before(since) {
+			return a.At, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// Expectation is one alert the demo must see: any of Rules firing.
+type Expectation struct {
+	Incident string
+	Rules    []string
+	// Since is when the incident started; earlier alerts do not count.
+	Since time.Time
+}
+
+// Met reports whether one of e's rules fired since e.Since, which one first and when.
+func (r *Receiver) Met(e Expectation) (string, time.Time, bool) {
+	best, bestAt := "", time.Time{}
+	for _, rule := range e.Rules {
+		if at, ok := r.Firing(rule, e.Since); ok && (best == "" || at.Before(bestAt)) {
+			best, bestAt = rule, at
+		}
+	}
+	return best, bestAt, best != ""
+}
+
+// Episode is one alert from its first firing message to its resolution.
+type Episode struct {
+	Rule, Severity, Labels, Summary string
+	FiredAt, ResolvedAt             time.Time // receiver's clock; ResolvedAt zero while firing
+}
+
+// Episodes folds the received messages into one episode per alert (fingerprint and start),
+// ordered by firing time. The summary is the one of the first firing message.
+func Episodes(alerts []Received) []Episode {
+	type key struct {
+		fp    string
+		start time.Time
+	}
+	idx := map[key]int{}
+	var out []Episode
+	for _, a := range alerts {
+		k := key{a.Fingerprint, a.StartsAt}
+		i, seen := idx[k]
+		if !seen {
+			if a.Status != "firing" {
+				continue
+			}
+			idx[k] = len(out)
+			out = append(out, Episode{Rule: a.Rule, Severity: a.Labels["severity"], Labels: labelText(a.Labels),
+				Summary: strings.Join(strings.Fields(a.Summary), " "), FiredAt: a.At})
+			continue
+		}
+		if a.Status == "resolved" && out[i].ResolvedAt.IsZero() {
+			out[i].ResolvedAt = a.At
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].FiredAt.Before(out[j].FiredAt) })
+	return out
+}
+
+func labelText(l map[string]string) string {
+	keys := make([]string, 0, len(l))
+	for k, v := range l {
+		if k == "alertname" || k == "severity" || v == "" {
+			continue
+		}
+		keys = append(keys, k+"="+v)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, " ")
+}
+
+// WriteAlerts prints one line per alert episode — when it fired and resolved, relative to
+// origin — with its summary below.
+func WriteAlerts(w io.Writer, alerts []Received, origin time.Time) {
+	eps := Episodes(alerts)
+	if len(eps) == 0 {
+		fmt.Fprintln(w, "  (no alert received)")
+		return
+	}
+	fmt.Fprintf(w, "  %-7s %-9s %-25s %-9s %s\n", "fired", "resolved", "rule", "severity", "labels")
+	for _, e := range eps {
+		res := "-"
+		if !e.ResolvedAt.IsZero() {
+			res = fmt.Sprintf("+%.0fs", e.ResolvedAt.Sub(origin).Seconds())
+		}
+		fmt.Fprintf(w, "  %-7s %-9s %-25s %-9s %s\n", fmt.Sprintf("+%.0fs", e.FiredAt.Sub(origin).Seconds()), res, e.Rule, e.Severity, e.Labels)
+		if e.Summary != "" {
+			fmt.Fprintf(w, "          %s\n", e.Summary)
+		}
+	}
+}
