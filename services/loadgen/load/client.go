@@ -172,6 +172,9 @@ func readStream(ctx context.Context, body io.Reader, start time.Time) result {
 			if res.errKind == "" && res.finishReason == "" && chunks == 0 {
 				res.errKind, res.errMessage = ErrKindBadResponse, "stream carried no content"
 			}
+			// Read the (empty) rest so the server sees the response end cleanly rather than a
+			// client hanging up right after [DONE].
+			_, _ = io.Copy(io.Discard, io.LimitReader(br, 64<<10))
 			return res
 		}
 		if nonEmpty, ok := plainContentChunk(data); ok {
