@@ -53,7 +53,10 @@ type Alert struct {
 	// Value, Baseline (NaN when unknown) and Threshold are the row's figures at the last evaluation.
 	Value, Baseline, Threshold float64
 	// ActiveAt is when the row started firing, FiredAt when the alert went from pending to firing,
-	// ResolvedAt when it stopped, LastSentAt when it was last handed to the notifier. Zero = never.
+	// ResolvedAt when it stopped, LastSentAt when it was last due for notification (the evaluation
+	// that handed it to the notifier). Zero = never. LastSentAt says the state change was decided,
+	// not delivered: a receiver's acceptance is recorded in alert_deliveries, and a restart
+	// delivers the decided state changes a receiver never accepted.
 	ActiveAt, FiredAt, ResolvedAt, LastSentAt time.Time
 }
 

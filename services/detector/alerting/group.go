@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// NotifyFunc hands alerts to the notifier. It must not block on receivers.
+// NotifyFunc hands alerts to the notifier. It must not block on receivers. The alerts' state
+// (LastSentAt = ts) is already saved when it is called.
 type NotifyFunc func(ctx context.Context, ts time.Time, alerts []*Alert)
 
 // Store persists alert state; see [CHStore].
@@ -33,7 +34,8 @@ type Group struct {
 	Log     *slog.Logger
 }
 
-// Eval evaluates every rule at ts, persists changed alerts, and hands due alerts to the notifier.
+// Eval evaluates every rule at ts, persists changed and due alerts, then hands the due alerts to
+// the notifier.
 // Rule errors are logged and counted; the first is returned after all rules ran.
 func (g *Group) Eval(ctx context.Context, ts time.Time) error {
 	var errs []error
@@ -56,20 +58,23 @@ func (g *Group) Eval(ctx context.Context, ts time.Time) error {
 				due = append(due, a)
 			}
 		}
-		if g.Notify != nil && len(due) > 0 {
-			g.Notify(ctx, ts, due)
-		}
 		save := changed
 		for _, a := range due {
 			r.markSent(a.Fingerprint, ts)
 			a.LastSentAt = ts
 			save = replaceByFingerprint(save, a)
 		}
+		// The decision is saved before it is handed over: after a crash the next start finds it
+		// in the alerts table and delivers whatever a receiver has not accepted (see Store). A
+		// failed save still notifies, as delivering matters more than never delivering twice.
 		if g.Store != nil && len(save) > 0 {
 			if err := g.Store.Save(ctx, ts, save); err != nil {
 				g.logger().Error("save alert state", "rule", r.Name(), "err", err)
 				errs = append(errs, err)
 			}
+		}
+		if g.Notify != nil && len(due) > 0 {
+			g.Notify(ctx, ts, due)
 		}
 	}
 	g.Metrics.setAlerts(g.Rules)

@@ -186,3 +186,43 @@ func TestReplayTicksCoverTheHold(t *testing.T) {
 		t.Fatalf("replay: %+v, %v; want one firing alert", got, err)
 	}
 }
+
+// orderLog records the order of saves and notifications.
+type orderLog struct{ calls []string }
+
+func (o *orderLog) Save(_ context.Context, _ time.Time, alerts []*Alert) error {
+	for _, a := range alerts {
+		o.calls = append(o.calls, "save "+a.StateName()+" sent="+a.LastSentAt.Format("15:04:05"))
+	}
+	return nil
+}
+
+func (o *orderLog) Load(context.Context) ([]*Alert, error) { return nil, nil }
+
+// A due alert is saved as due (LastSentAt = ts) before it is handed to the notifier, so a crash
+// after the hand-over leaves the decision in the store for the next start to deliver.
+func TestEvalSavesBeforeNotifying(t *testing.T) {
+	s := scripted{rows: map[time.Time][]rules.Sample{tick(0): {firingRow(1, nil)}, tick(1): {}}}
+	o := &orderLog{}
+	g := &Group{Rules: []*Rule{NewRule(def(0), s)}, Store: o,
+		Notify: func(_ context.Context, ts time.Time, alerts []*Alert) {
+			for _, a := range alerts {
+				o.calls = append(o.calls, "notify "+a.StateName()+" sent="+a.LastSentAt.Format("15:04:05"))
+			}
+		}}
+	for i := range 2 {
+		if err := g.Eval(context.Background(), tick(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"save firing sent=09:00:00", "notify firing sent=09:00:00",
+		"save resolved sent=09:00:30", "notify resolved sent=09:00:30"}
+	if len(o.calls) != len(want) {
+		t.Fatalf("calls %v, want %v", o.calls, want)
+	}
+	for i := range want {
+		if o.calls[i] != want[i] {
+			t.Fatalf("calls %v, want %v", o.calls, want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +32,23 @@ type Delivery struct {
 	Error        string
 	Duration     time.Duration
 	Fingerprints []string
+	// Statuses and StartsAt are, parallel to Fingerprints, each alert's own status and startsAt:
+	// with the fingerprint they are the [Key] of the state change the message carried.
+	Statuses []string
+	StartsAt []time.Time
+}
+
+// Key identifies one state change of one alert at one receiver: fingerprint, status and startsAt
+// are what an Alertmanager receiver de-duplicates by. StartsAt is in UTC at microsecond precision,
+// as alert_deliveries stores it.
+type Key struct {
+	Receiver, Fingerprint, Status string
+	StartsAt                      time.Time
+}
+
+// KeyOf returns the key of a's state change at receiver.
+func KeyOf(receiver string, a Alert) Key {
+	return Key{Receiver: receiver, Fingerprint: a.Fingerprint, Status: a.Status, StartsAt: a.StartsAt.UTC().Truncate(time.Microsecond)}
 }
 
 // Recorder stores delivery attempts (see [CHRecorder]).
@@ -47,6 +65,8 @@ type Options struct {
 	// ExternalURL is the message's externalURL (where the detector is reachable).
 	ExternalURL string
 	// QueueCapacity bounds each receiver's queue (default 1000); when full the oldest alert is dropped.
+	// A queued alert is replaced when a later state change of the same alert (same fingerprint and
+	// startsAt) is queued, so a receiver never gets a stale firing after its resolution.
 	QueueCapacity int
 	// MaxBatch is the most alerts taken from a queue for one round of sends (default 64).
 	MaxBatch int
@@ -97,11 +117,18 @@ func New(opts Options) (*Notifier, error) {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	n := &Notifier{metrics: newMetrics(opts.Registerer)}
+	names := map[string]bool{}
 	for _, raw := range opts.URLs {
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("webhook URL %q: want an absolute http(s) URL", redact(raw))
 		}
+		// Deliveries are recorded under the redacted URL; two receivers sharing it would share
+		// their delivered state, and one could miss a notification after a restart.
+		if names[redact(raw)] {
+			return nil, fmt.Errorf("webhook URL %q: listed twice, or differs from another only in credentials or query", redact(raw))
+		}
+		names[redact(raw)] = true
 		n.receivers = append(n.receivers, &receiver{
 			name: redact(raw), url: raw, opts: opts, metrics: n.metrics, wake: make(chan struct{}, 1),
 		})
@@ -126,6 +153,39 @@ func (n *Notifier) Send(alerts ...Alert) {
 	}
 }
 
+// Receivers returns the receivers' names (their URLs without credentials or query), as recorded
+// in Delivery.Receiver.
+func (n *Notifier) Receivers() []string {
+	out := make([]string, len(n.receivers))
+	for i, r := range n.receivers {
+		out[i] = r.name
+	}
+	return out
+}
+
+// SendTo enqueues alerts for the receiver named receiver only (one of Receivers), e.g. to deliver
+// after a restart what that receiver never accepted. It never blocks on the receiver.
+func (n *Notifier) SendTo(receiver string, alerts ...Alert) error {
+	for _, r := range n.receivers {
+		if r.name == receiver {
+			r.enqueue(alerts)
+			return nil
+		}
+	}
+	return fmt.Errorf("send to webhook receiver %s: not configured", receiver)
+}
+
+// Pending returns how many alerts are queued or being delivered, over all receivers.
+func (n *Notifier) Pending() int {
+	total := 0
+	for _, r := range n.receivers {
+		r.mu.Lock()
+		total += len(r.queue) + r.inflight
+		r.mu.Unlock()
+	}
+	return total
+}
+
 // Run delivers until ctx ends.
 func (n *Notifier) Run(ctx context.Context) {
 	var wg sync.WaitGroup
@@ -146,12 +206,23 @@ type receiver struct {
 
 	mu    sync.Mutex
 	queue []Alert
-	wake  chan struct{}
+	// inflight is the number of alerts taken from the queue and not yet delivered or abandoned.
+	inflight int
+	wake     chan struct{}
+}
+
+// sameEpisode reports whether a and b are states of the same alert since the same start: b, queued
+// later, supersedes a (a resolution its firing, a reminder the firing it repeats).
+func sameEpisode(a, b Alert) bool {
+	return a.Fingerprint == b.Fingerprint && a.StartsAt.Equal(b.StartsAt)
 }
 
 func (r *receiver) enqueue(alerts []Alert) {
 	r.mu.Lock()
-	r.queue = append(r.queue, alerts...)
+	for _, a := range alerts {
+		r.queue = slices.DeleteFunc(r.queue, func(q Alert) bool { return sameEpisode(q, a) })
+		r.queue = append(r.queue, a)
+	}
 	if over := len(r.queue) - r.opts.QueueCapacity; over > 0 {
 		r.queue = r.queue[over:]
 		r.metrics.dropped.WithLabelValues(r.name, "queue_full").Add(float64(over))
@@ -178,8 +249,25 @@ func (r *receiver) take() []Alert {
 	}
 	batch := append([]Alert(nil), r.queue[:n]...)
 	r.queue = r.queue[n:]
+	r.inflight += n
 	r.metrics.queueLength.WithLabelValues(r.name).Set(float64(len(r.queue)))
 	return batch
+}
+
+// done marks n taken alerts as delivered or abandoned.
+func (r *receiver) done(n int) {
+	r.mu.Lock()
+	r.inflight -= n
+	r.mu.Unlock()
+}
+
+// current drops from alerts those superseded by a state change queued since they were taken.
+func (r *receiver) current(alerts []Alert) []Alert {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.DeleteFunc(slices.Clone(alerts), func(a Alert) bool {
+		return slices.ContainsFunc(r.queue, func(q Alert) bool { return sameEpisode(a, q) })
+	})
 }
 
 func (r *receiver) run(ctx context.Context) {
@@ -194,7 +282,8 @@ func (r *receiver) run(ctx context.Context) {
 			}
 		}
 		for _, group := range groupByName(batch) {
-			err := r.deliver(ctx, NewMessage(r.name, r.opts.ExternalURL, group))
+			err := r.deliver(ctx, group)
+			r.done(len(group))
 			if ctx.Err() != nil {
 				return
 			}
@@ -206,24 +295,34 @@ func (r *receiver) run(ctx context.Context) {
 	}
 }
 
-// deliver POSTs m until the receiver accepts it, it refuses it for good (4xx other than 408/429),
-// GiveUpAfter passes, or ctx ends.
-func (r *receiver) deliver(ctx context.Context, m Message) error {
-	body, err := json.Marshal(m)
-	if err != nil {
-		return fmt.Errorf("encode webhook message: %w", err)
-	}
-	fps := make([]string, len(m.Alerts))
-	for i, a := range m.Alerts {
-		fps[i] = a.Fingerprint
-	}
+// deliver POSTs the message of alerts (one group) until the receiver accepts it, it refuses it for
+// good (4xx other than 408/429), GiveUpAfter passes, or ctx ends. Before each retry it drops the
+// alerts superseded by a newer queued state change (which will go out in their place), and stops
+// when none is left.
+func (r *receiver) deliver(ctx context.Context, alerts []Alert) error {
 	first := time.Now()
 	backoff := r.opts.BackoffBase
 	for attempt := 1; ; attempt++ {
+		if attempt > 1 {
+			if alerts = r.current(alerts); len(alerts) == 0 {
+				r.opts.Log.Info("webhook message superseded by a newer state of its alerts", "receiver", r.name)
+				return nil
+			}
+		}
+		m := NewMessage(r.name, r.opts.ExternalURL, alerts)
+		body, err := json.Marshal(m)
+		if err != nil {
+			return fmt.Errorf("encode webhook message: %w", err)
+		}
+		fps, statuses, starts := make([]string, len(alerts)), make([]string, len(alerts)), make([]time.Time, len(alerts))
+		for i, a := range alerts {
+			fps[i], statuses[i], starts[i] = a.Fingerprint, a.Status, a.StartsAt
+		}
 		start := time.Now()
 		code, err := r.post(ctx, body)
 		d := Delivery{TS: start, Receiver: r.name, GroupKey: m.GroupKey, Status: m.Status, Attempt: attempt,
-			OK: err == nil, HTTPStatus: code, Duration: time.Since(start), Fingerprints: fps}
+			OK: err == nil, HTTPStatus: code, Duration: time.Since(start), Fingerprints: fps,
+			Statuses: statuses, StartsAt: starts}
 		if err != nil {
 			d.Error = err.Error()
 		}

@@ -179,19 +179,115 @@ func TestQueueIsBoundedAndKeepsOrder(t *testing.T) {
 	}
 	r := n.receivers[0]
 	n.Send(alert("a", "1", "firing", nil), alert("a", "2", "firing", nil))
-	n.Send(alert("a", "3", "firing", nil), alert("a", "1", "resolved", nil))
+	n.Send(alert("a", "3", "firing", nil), alert("a", "4", "firing", nil))
 	// Capacity 3: the oldest (1 firing) was dropped.
+	if n.Pending() != 3 {
+		t.Fatalf("pending %d, want 3", n.Pending())
+	}
 	first := r.take()
-	if len(first) != 3 || first[0].Fingerprint != "2" || first[2].Status != "resolved" {
-		t.Fatalf("batch %+v", first)
+	if len(first) != 3 || first[0].Fingerprint != "2" || first[2].Fingerprint != "4" || n.Pending() != 3 {
+		t.Fatalf("batch %+v (pending %d), want 2, 3, 4 in flight", first, n.Pending())
 	}
-	n.Send(alert("a", "1", "firing", nil), alert("a", "1", "resolved", nil))
-	// The same alert twice goes out in two batches, in order.
-	if b := r.take(); len(b) != 1 || b[0].Status != "firing" {
-		t.Fatalf("batch %+v, want the firing alone", b)
+	r.done(len(first))
+	// A resolution replaces its firing still queued: the receiver never gets the stale firing.
+	n.Send(alert("a", "1", "firing", nil), alert("a", "2", "firing", nil))
+	n.Send(alert("a", "1", "resolved", nil))
+	if b := r.take(); len(b) != 2 || b[0].Fingerprint != "2" || b[1].Fingerprint != "1" || b[1].Status != "resolved" {
+		t.Fatalf("batch %+v, want 2 firing then 1 resolved", b)
 	}
+	// A new episode (later startsAt) of the same alert replaces nothing and goes out after the
+	// previous one, in its own batch.
+	again := alert("a", "1", "firing", nil)
+	again.StartsAt = t0.Add(20 * time.Minute)
+	n.Send(alert("a", "1", "resolved", nil), again)
 	if b := r.take(); len(b) != 1 || b[0].Status != "resolved" {
-		t.Fatalf("batch %+v, want the resolution", b)
+		t.Fatalf("batch %+v, want the resolution alone", b)
+	}
+	if b := r.take(); len(b) != 1 || b[0].Status != "firing" || !b[0].StartsAt.Equal(again.StartsAt) {
+		t.Fatalf("batch %+v, want the new firing", b)
+	}
+}
+
+// A firing that a receiver has not accepted yet is dropped from its retries once its resolution is
+// queued: the receiver, back, gets the resolution alone.
+func TestResolutionSupersedesFiringBeingRetried(t *testing.T) {
+	var mu sync.Mutex
+	accepting := false
+	var got []Message
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !accepting {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		var m Message
+		if err := json.NewDecoder(r.Body).Decode(&m); err != nil {
+			t.Error(err)
+		}
+		got = append(got, m)
+	}))
+	defer srv.Close()
+	rec := &memRecorder{}
+	// The first attempt is recorded before a wait of at least 250 ms: the resolution is queued
+	// and the receiver back while the firing waits for its retry, not while it is being posted.
+	n, err := New(Options{URLs: []string{srv.URL}, Recorder: rec, BackoffBase: 500 * time.Millisecond,
+		BackoffMax: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); n.Run(ctx) }()
+	n.Send(alert("a", "1", "firing", nil))
+	waitUntil(t, func() bool { return len(rec.all()) >= 1 })
+	n.Send(alert("a", "1", "resolved", nil))
+	mu.Lock()
+	accepting = true
+	mu.Unlock()
+	waitUntil(t, func() bool { return n.Pending() == 0 })
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0].Status != "resolved" || got[0].Alerts[0].Status != "resolved" {
+		t.Fatalf("receiver got %+v, want the resolution alone", got)
+	}
+	last := rec.all()[len(rec.all())-1]
+	if !last.OK || len(last.Statuses) != 1 || last.Statuses[0] != "resolved" || !last.StartsAt[0].Equal(t0) {
+		t.Fatalf("last delivery %+v, want the resolution accepted", last)
+	}
+	if first := rec.all()[0]; first.OK || first.Statuses[0] != "firing" {
+		t.Fatalf("first delivery %+v, want a failed attempt of the firing", first)
+	}
+	for _, d := range rec.all()[:len(rec.all())-1] {
+		if d.OK {
+			t.Fatalf("delivery %+v accepted, want only failed attempts before the resolution", d)
+		}
+	}
+}
+
+// SendTo queues for one receiver only; receivers are named by their redacted URL, which must be
+// unique because delivered state is kept per name.
+func TestSendToOneReceiver(t *testing.T) {
+	n, err := New(Options{URLs: []string{"http://u:p@127.0.0.1:1/a?token=x", "http://127.0.0.1:1/b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := n.Receivers(); len(names) != 2 || names[0] != "http://127.0.0.1:1/a" || names[1] != "http://127.0.0.1:1/b" {
+		t.Fatalf("receivers %v", names)
+	}
+	if err := n.SendTo("http://127.0.0.1:1/b", alert("a", "1", "firing", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if len(n.receivers[0].queue) != 0 || len(n.receivers[1].queue) != 1 || n.Pending() != 1 {
+		t.Fatalf("queues %d and %d, want the alert for b only", len(n.receivers[0].queue), len(n.receivers[1].queue))
+	}
+	if err := n.SendTo("http://127.0.0.1:1/c", alert("a", "1", "firing", nil)); err == nil {
+		t.Fatal("SendTo an unknown receiver succeeded")
+	}
+	if _, err := New(Options{URLs: []string{"http://h/a?token=1", "http://h/a?token=2"}}); err == nil {
+		t.Fatal("two URLs differing only in the query accepted")
 	}
 }
 

@@ -4,6 +4,13 @@
 // Delivery is separate from evaluation: Send only enqueues. Each receiver has its own bounded queue
 // and goroutine that sends batches (one POST per alertname), retries failures with capped exponential
 // backoff and jitter, signs bodies with HMAC-SHA256 when a secret is set, and records every attempt.
+//
+// A state change is delivered to a receiver when the receiver answered 2xx: only then does its
+// attempt row (alert_deliveries, with each alert's fingerprint, status and startsAt) say ok, and
+// [CHRecorder.Accepted] reads those rows back so that a restarted detector sends each receiver what
+// it lacks. Queues live in memory: what they held when the process stopped is found that way.
+// Delivery is at least once: a crash between the 2xx and the insert of its row sends the state
+// change again, and receivers de-duplicate by fingerprint, status and startsAt.
 package notify
 
 import (

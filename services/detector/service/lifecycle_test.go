@@ -19,16 +19,19 @@ import (
 )
 
 // webhookReceiver is an Alertmanager-style receiver on a fixed loopback address that can be taken
-// down (connection refused) and brought back.
+// down (connection refused) and brought back, or made to hang: while blocking it answers no
+// request until the client gives up, and keeps no message.
 type webhookReceiver struct {
 	t      *testing.T
 	secret []byte
 	addr   string
 
-	mu      sync.Mutex
-	srv     *http.Server
-	msgs    []notify.Message
-	badSigs int
+	mu       sync.Mutex
+	srv      *http.Server
+	msgs     []notify.Message
+	badSigs  int
+	blocking bool
+	blocked  int
 }
 
 func startReceiver(t *testing.T, secret []byte) *webhookReceiver {
@@ -50,6 +53,12 @@ func (r *webhookReceiver) serve(ln net.Listener) {
 		body, _ := io.ReadAll(req.Body)
 		var m notify.Message
 		r.mu.Lock()
+		if r.blocking {
+			r.blocked++
+			r.mu.Unlock()
+			<-req.Context().Done()
+			return
+		}
 		defer r.mu.Unlock()
 		if !notify.Verify(r.secret, body, req.Header.Get(notify.SignatureHeader)) {
 			r.badSigs++
@@ -84,6 +93,18 @@ func (r *webhookReceiver) up() {
 		r.t.Fatalf("receiver back on %s: %v", r.addr, err)
 	}
 	r.serve(ln)
+}
+
+func (r *webhookReceiver) setBlocking(b bool) {
+	r.mu.Lock()
+	r.blocking = b
+	r.mu.Unlock()
+}
+
+func (r *webhookReceiver) blockedRequests() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.blocked
 }
 
 func (r *webhookReceiver) messages() []notify.Message {

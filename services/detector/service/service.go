@@ -57,7 +57,7 @@ func New(cfg Config, conn driver.Conn, defs []*rules.Definition, reg *prometheus
 		return nil, err
 	}
 	n, err := notify.New(notify.Options{
-		URLs: cfg.WebhookURLs, Secret: secret, ExternalURL: cfg.ExternalURL,
+		URLs: cfg.WebhookURLs, Secret: secret, ExternalURL: cfg.ExternalURL, GiveUpAfter: DeliveryHorizon,
 		Recorder: notify.CHRecorder{Conn: conn}, Registerer: reg, Log: log,
 	})
 	if err != nil {
@@ -95,8 +95,22 @@ func (d *Detector) Groups() []*alerting.Group { return d.groups }
 // Notifier returns the webhook notifier.
 func (d *Detector) Notifier() *notify.Notifier { return d.notifier }
 
+// DeliveryHorizon is how long a notification is tried: the notifier gives up on a message this
+// long after its first attempt, and a start delivers the undelivered state changes decided within
+// it (older ones are left to the repeat interval).
+const DeliveryHorizon = 24 * time.Hour
+
 // Restore loads alert state from the alerts table, so a restart neither forgets a firing alert
-// nor sends it again.
+// nor notifies it again, and queues, for each receiver, the state changes that were decided (due
+// for notification) within DeliveryHorizon but that the receiver never accepted (no 2xx recorded
+// in alert_deliveries): a notification queued or in flight when the detector stopped is delivered
+// after the restart. Only an alert's latest state is delivered, so a firing that was not delivered
+// before its resolution is never sent after it: the receiver gets the resolution alone, whose
+// startsAt and endsAt tell the whole episode.
+//
+// Delivery is at least once: a crash between a receiver's 2xx and the insert into alert_deliveries
+// (or a failed insert) sends that state change once more after the restart. Receivers
+// de-duplicate by fingerprint, status and startsAt, as Alertmanager receivers do.
 func (d *Detector) Restore(ctx context.Context) error {
 	alerts, err := alerting.CHStore{Conn: d.conn}.Load(ctx)
 	if err != nil {
@@ -108,7 +122,73 @@ func (d *Detector) Restore(ctx context.Context) error {
 		}
 	}
 	d.log.Info("alert state restored", "alerts", len(alerts))
+	n, err := d.redeliver(ctx, alerts, time.Now())
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		d.log.Info("undelivered notifications queued again", "notifications", n)
+	}
 	return nil
+}
+
+// redeliver queues, per receiver, the undelivered decided state changes among alerts (the latest
+// state of each), and returns how many it queued. now bounds the search to DeliveryHorizon.
+func (d *Detector) redeliver(ctx context.Context, alerts []*alerting.Alert, now time.Time) (int, error) {
+	receivers := d.notifier.Receivers()
+	if len(receivers) == 0 {
+		return 0, nil
+	}
+	since := now.Add(-DeliveryHorizon)
+	known := map[string]bool{}
+	for _, r := range d.rules {
+		known[r.Name()] = true
+	}
+	var due []*alerting.Alert
+	var fps []string
+	for _, a := range alerts {
+		var decided time.Time
+		switch {
+		case a.State == alerting.StateFiring:
+			decided = a.FiredAt
+		case a.Resolved():
+			decided = a.ResolvedAt
+		default:
+			continue
+		}
+		// A state change never due (LastSentAt before it) was never to be notified, and one
+		// older than the horizon is past the notifier's retries.
+		if !known[a.Rule] || decided.IsZero() || a.LastSentAt.Before(decided) || decided.Before(since) {
+			continue
+		}
+		due = append(due, a)
+		fps = append(fps, a.Fingerprint)
+	}
+	if len(due) == 0 {
+		return 0, nil
+	}
+	accepted, err := notify.CHRecorder{Conn: d.conn}.Accepted(ctx, since, fps)
+	if err != nil {
+		return 0, err
+	}
+	queued := 0
+	for _, recv := range receivers {
+		var out []notify.Alert
+		for _, a := range due {
+			w := ToWebhook(a, d.cfg.ExternalURL)
+			if !accepted[notify.KeyOf(recv, w)] {
+				out = append(out, w)
+			}
+		}
+		if len(out) == 0 {
+			continue
+		}
+		if err := d.notifier.SendTo(recv, out...); err != nil {
+			return queued, err
+		}
+		queued += len(out)
+	}
+	return queued, nil
 }
 
 // Run evaluates every group on its interval and delivers notifications until ctx ends.
