@@ -156,6 +156,9 @@ var textFuncs = template.FuncMap{
 		}
 		return strconv.FormatFloat(v, 'f', 3, 64)
 	},
+	// label is replaced per row in Render (a label's value, or "(none)"); this entry lets rule
+	// files be checked at load time.
+	"label": func(string) string { return "" },
 	// pct formats a fraction as a percentage.
 	"pct": func(v float64) string {
 		if math.IsNaN(v) {
@@ -169,8 +172,16 @@ var textFuncs = template.FuncMap{
 func (d *Definition) Render(s Sample) (summary, description string, err error) {
 	data := TemplateData{Rule: d.Name, Labels: s.Labels, Value: s.Value, Baseline: s.Baseline,
 		Threshold: s.Threshold, BaselineOK: s.BaselineOK, Params: d.Params}
+	// label names a label's value, or "(none)" when the row has it empty or not at all, so a
+	// text never has a hole where a label would be (a request without an app, say).
+	label := template.FuncMap{"label": func(name string) string {
+		if v := s.Labels[name]; v != "" {
+			return v
+		}
+		return "(none)"
+	}}
 	render := func(name, text string) (string, error) {
-		t, err := template.New(name).Option("missingkey=zero").Funcs(textFuncs).Parse(text)
+		t, err := template.New(name).Option("missingkey=zero").Funcs(textFuncs).Funcs(label).Parse(text)
 		if err != nil {
 			return "", err
 		}
