@@ -71,9 +71,12 @@ type Config struct {
 	// AckTimeout is how long a publish waits for its acknowledgement before the event goes to the
 	// spool (default 5 s).
 	AckTimeout time.Duration
-	// Linger is how long the sender waits after an event for more to send along with it
-	// (default 0: send at once). A few milliseconds saves CPU per event at moderate rates, which
-	// matters when the publisher shares a few cores with a latency-sensitive process.
+	// Linger is how long the sender holds an event for more to send along with it, in one burst
+	// of publishes and one burst of acknowledgements (default 0: send at once). A few
+	// milliseconds cut the broker's CPU per event several-fold at moderate rates (nats-server
+	// 2.15, file store: about 50 µs per event sent alone, about 10 µs in bursts of 16 or more),
+	// which matters when the broker shares cores with a latency-sensitive process. Events reach
+	// JetStream up to Linger later.
 	Linger time.Duration
 	// RetryInterval is how often the replay loop retries while NATS is away (default 1 s).
 	RetryInterval time.Duration
@@ -148,8 +151,8 @@ type Publisher struct {
 	spool  *spool
 
 	queue   chan *record
-	pending chan pendingAck // direct publishes awaiting their acknowledgement, in send order
-	kick    chan struct{}   // wakes the replay loop
+	pending chan []pendingAck // batches of direct publishes awaiting their acknowledgement, in send order
+	kick    chan struct{}     // wakes the replay loop
 
 	// mu orders the choice "publish directly or append to the spool" against the replay loop's
 	// "spool is empty, go direct again", so no event overtakes the spool.
@@ -210,7 +213,7 @@ func New(nc *nats.Conn, prefix string, cfg Config) (*Publisher, error) {
 	p := &Publisher{
 		nc: nc, js: js, prefix: prefix, cfg: cfg, log: cfg.Logger, spool: sp,
 		queue:      make(chan *record, cfg.QueueSize),
-		pending:    make(chan pendingAck, cfg.MaxPending),
+		pending:    make(chan []pendingAck, cfg.MaxPending),
 		kick:       make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 		abandon:    make(chan struct{}),
@@ -257,7 +260,7 @@ func (p *Publisher) Publish(e schema.Event) error {
 	case p.queue <- rec:
 	default:
 		// The queue is full: NATS is slower than the producers. Spill rather than block.
-		p.toSpool(rec)
+		p.toSpool(rec, errQueueFull)
 	}
 	return nil
 }
@@ -321,88 +324,142 @@ func (p *Publisher) finish() {
 	for {
 		select {
 		case rec := <-p.queue:
-			p.toSpool(rec)
-		case pa, ok := <-pending:
+			p.toSpool(rec, errShutdown)
+		case batch, ok := <-pending:
 			if !ok {
 				pending = nil
 				continue
 			}
-			p.resolve(pa, true)
+			for _, pa := range batch {
+				p.resolve(pa, true)
+			}
 		default:
 			return
 		}
 	}
 }
 
+// maxBatch bounds the events one drain round sends before handing their acknowledgements over.
+const maxBatch = 1024
+
 // drainLoop sends queued events to JetStream, or to the spool while it is in use.
+//
+// With Linger, the first event of a round waits that long for company, and then everything
+// queued goes out together: an event sent alone costs the broker several times the CPU of one
+// in a burst (measured on nats-server 2.15 with a file store: about 50 µs per event alone, about
+// 10 µs per event in bursts of 16 or more, no further gain from bursts of 256 or from writing a
+// burst in one syscall), and the broker shares the machine with the process being observed.
 func (p *Publisher) drainLoop() {
 	defer p.bgDone.Done()
 	defer close(p.drained)
 	defer close(p.pending)
+	var linger *time.Timer
+	if p.cfg.Linger > 0 {
+		linger = time.NewTimer(p.cfg.Linger)
+		linger.Stop()
+	}
+	batch := make([]*record, 0, 64)
 	for {
 		select {
 		case rec := <-p.queue:
-			p.send(rec)
-			if p.cfg.Linger > 0 {
-				// Let the events of the next moments gather, then send them together: one
-				// flush to the server and one burst of acknowledgements instead of a wake-up
-				// of every goroutine on the path per event.
+			batch = append(batch[:0], rec)
+			if linger != nil {
+				linger.Reset(p.cfg.Linger)
 				select {
-				case <-time.After(p.cfg.Linger):
+				case <-linger.C:
 				case <-p.stop:
-				}
-				for n := len(p.queue); n > 0; n-- {
-					p.send(<-p.queue)
+					linger.Stop()
 				}
 			}
+			for n := len(p.queue); n > 0 && len(batch) < maxBatch; n-- {
+				batch = append(batch, <-p.queue)
+			}
+			p.sendBatch(batch)
+			clear(batch)
 		case <-p.stop:
 			for {
-				select {
-				case rec := <-p.queue:
-					p.send(rec)
-				default:
+				batch = batch[:0]
+				for n := len(p.queue); n > 0 && len(batch) < maxBatch; n-- {
+					batch = append(batch, <-p.queue)
+				}
+				if len(batch) == 0 {
 					return
 				}
+				p.sendBatch(batch)
+				clear(batch)
 			}
 		}
 	}
 }
 
-// send publishes rec directly, or spools it when the spool is in use or the publish fails.
-func (p *Publisher) send(rec *record) {
+// sendBatch publishes recs in order and hands their acknowledgements to the ack loop in one go.
+func (p *Publisher) sendBatch(recs []*record) {
+	acks := make([]pendingAck, 0, len(recs))
+	for _, rec := range recs {
+		if pa, ok := p.send(rec); ok {
+			acks = append(acks, pa)
+		}
+	}
+	if len(acks) > 0 {
+		p.pending <- acks
+	}
+}
+
+// send publishes rec directly, or spools it when the spool is in use or the publish fails; ok
+// when an acknowledgement is awaited.
+func (p *Publisher) send(rec *record) (pendingAck, bool) {
 	p.mu.Lock()
 	if p.spooling || !p.nc.IsConnected() {
-		p.appendLocked(rec)
+		p.appendLocked(rec, errNotConnected)
 		p.mu.Unlock()
-		return
+		return pendingAck{}, false
 	}
 	p.mu.Unlock()
 	msg := &nats.Msg{Subject: rec.subject, Data: rec.data, Header: nats.Header{jetstream.MsgIDHeader: []string{rec.msgID}}}
 	fut, err := p.js.PublishMsgAsync(msg, jetstream.WithRetryAttempts(0))
 	if err != nil {
-		p.toSpool(rec)
-		return
+		p.toSpool(rec, err)
+		return pendingAck{}, false
 	}
-	p.pending <- pendingAck{fut: fut, rec: rec}
+	return pendingAck{fut: fut, rec: rec}, true
 }
 
-// ackLoop resolves direct publishes in send order.
+// ackLoop resolves direct publishes in send order, a batch at a time: it waits for the batch's
+// last acknowledgement first (one connection to one stream acknowledges in order), so the others
+// are found resolved without a wake-up each.
 func (p *Publisher) ackLoop() {
 	defer p.bgDone.Done()
 	defer close(p.acked)
-	for pa := range p.pending {
-		p.resolve(pa, false)
+	for batch := range p.pending {
+		last := batch[len(batch)-1]
+		// A future's channels deliver their outcome once: the last one is resolved here.
+		var why error
+		select {
+		case <-last.fut.Ok():
+		case why = <-last.fut.Err():
+		case <-p.abandon:
+			why = errShutdown
+		}
+		for _, pa := range batch[:len(batch)-1] {
+			p.resolve(pa, false)
+		}
+		if why == nil {
+			p.published.Add(1)
+		} else {
+			p.toSpool(last.rec, why)
+		}
 	}
 }
 
 // resolve waits for one acknowledgement (unless abandon) and spools the event when it failed.
 func (p *Publisher) resolve(pa pendingAck, abandon bool) {
+	why := errShutdown
 	if !abandon {
 		select {
 		case <-pa.fut.Ok():
 			p.published.Add(1)
 			return
-		case <-pa.fut.Err():
+		case why = <-pa.fut.Err():
 		case <-p.abandon:
 		}
 	} else {
@@ -413,17 +470,25 @@ func (p *Publisher) resolve(pa pendingAck, abandon bool) {
 		default:
 		}
 	}
-	p.toSpool(pa.rec)
+	p.toSpool(pa.rec, why)
 }
 
-// toSpool appends rec to the spool and switches publishing to the spool until it is replayed.
-func (p *Publisher) toSpool(rec *record) {
+// Reasons for spooling that are not NATS errors.
+var (
+	errQueueFull    = errors.New("in-memory queue full")
+	errShutdown     = errors.New("not acknowledged before shutdown")
+	errNotConnected = errors.New("NATS not connected")
+)
+
+// toSpool appends rec to the spool and switches publishing to the spool until it is replayed;
+// why is logged when publishing switches.
+func (p *Publisher) toSpool(rec *record, why error) {
 	p.mu.Lock()
-	p.appendLocked(rec)
+	p.appendLocked(rec, why)
 	p.mu.Unlock()
 }
 
-func (p *Publisher) appendLocked(rec *record) {
+func (p *Publisher) appendLocked(rec *record, why error) {
 	if err := p.spool.append(rec); err != nil {
 		p.dropped.Add(1)
 		// One line per second at most: a full spool under load would flood the log.
@@ -437,7 +502,7 @@ func (p *Publisher) appendLocked(rec *record) {
 	p.spooled.Add(1)
 	if !p.spooling {
 		p.spooling = true
-		p.log.Warn("publishing to the spool until NATS answers again", "dir", p.cfg.SpoolDir)
+		p.log.Warn("publishing to the spool until NATS answers again", "reason", why, "dir", p.cfg.SpoolDir)
 	}
 	select {
 	case p.kick <- struct{}{}:

@@ -121,18 +121,18 @@ func New(opt Options) (*Handler, error) {
 func (h *Handler) record() {
 	defer h.recorded.Done()
 	for e := range h.events {
-		h.publishNow(e)
 		if h.opt.RecordLinger > 0 {
 			// Gather the records of the next moments and encode them in one go, instead of
-			// waking up for each.
+			// waking up for each; the publisher sends what it gets in one burst.
 			time.Sleep(h.opt.RecordLinger)
-			for n := len(h.events); n > 0; n-- {
-				e, ok := <-h.events
-				if !ok {
-					return
-				}
-				h.publishNow(e)
+		}
+		h.publishNow(e)
+		for n := len(h.events); n > 0; n-- {
+			e, ok := <-h.events
+			if !ok {
+				return
 			}
+			h.publishNow(e)
 		}
 	}
 }

@@ -160,3 +160,50 @@ func TestCloseDeliversEverythingQueued(t *testing.T) {
 		t.Fatalf("%d events on the stream after Close, want %d", got, n)
 	}
 }
+
+// TestBatchesAreAcknowledgedWhileRunning checks that every event of lingered batches is counted
+// as published as soon as JetStream acknowledges it, not only at Close: a batch whose
+// acknowledgement bookkeeping stalled would show up as Published short of n until the close
+// deadline (and then as spooled events).
+func TestBatchesAreAcknowledgedWhileRunning(t *testing.T) {
+	t.Parallel()
+	js, topo, cfg := testenv.JetStream(t)
+	p, err := publish.New(connect(t, cfg), topo.Prefix, publish.Config{SpoolDir: t.TempDir(), Logger: quiet, Linger: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bursts, per = 20, 37
+	var want []string
+	for b := range bursts {
+		for i := range per {
+			e := schema.NewRequestStarted(fmt.Sprintf("r-%d-%d", b, i), time.Now())
+			e.Endpoint = "/v1/chat/completions"
+			if err := p.Publish(e); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, e.EventID)
+		}
+		time.Sleep(7 * time.Millisecond) // past the linger: the next burst is another batch
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for p.Stats().Published < bursts*per && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := p.Stats(); st.Published != bursts*per || st.Spooled != 0 || st.Dropped != 0 {
+		t.Fatalf("stats while running %+v, want %d published and none spooled", st, bursts*per)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := streamIDs(t, js, topo)
+	if len(got) != len(want) {
+		t.Fatalf("%d events on the stream, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("event %d on the stream is %s, want %s: order not kept", i, got[i], want[i])
+		}
+	}
+}
