@@ -200,6 +200,7 @@ type exchange struct {
 	end        time.Time
 	obs        *record.Observer
 	observed   bool // the response body was read by the observer
+	answered   bool // the client was sent "data: [DONE]": its answer is complete
 	headerSent bool
 
 	strip         bool        // the engine's usage chunk is removed from the client's stream
@@ -419,6 +420,9 @@ func (x *exchange) copyStream(src io.ReadCloser, cancelUp context.CancelFunc) {
 				if flusher != nil {
 					flusher.Flush()
 				}
+				if x.obs.Done {
+					x.answered = true
+				}
 			}
 			if content {
 				now := time.Now()
@@ -435,6 +439,7 @@ func (x *exchange) copyStream(src io.ReadCloser, cancelUp context.CancelFunc) {
 				if flusher != nil {
 					flusher.Flush()
 				}
+				x.answered = true
 				x.end = time.Now()
 				if x.stopFollowing() {
 					x.detached = true
@@ -560,14 +565,21 @@ func (x *exchange) copyPlain(src io.Reader, flush bool) {
 	}
 }
 
-// clientGone records that the client went away mid-response.
+// clientGone records that the client went away mid-response. A client that hangs up once it
+// has "data: [DONE]" (most SDKs close right away) got its whole answer: that is no failure.
 func (x *exchange) clientGone() {
+	if x.answered {
+		return
+	}
 	x.status = StatusClientClosed
 	x.errLayer, x.errCode, x.errMsg = schema.LayerClient, "client_closed", "client disconnected before the response ended"
 }
 
 // readFailed records a failed read of the engine's response body.
 func (x *exchange) readFailed(err error) {
+	if x.answered {
+		return // the client has the whole stream; what the engine does after it changes nothing
+	}
 	if x.r.Context().Err() != nil {
 		x.clientGone()
 		return

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -418,5 +419,42 @@ func TestProxiesOtherPathsAndServesOwnEndpoints(t *testing.T) {
 			t.Fatalf("%d events on the stream, want 2", len(evs))
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestClientHangingUpAfterDoneIsNotA499 is the reproducer of a stream recorded as 499 although
+// the client had its whole answer: loadgen and many SDKs close the connection the moment they read
+// "data: [DONE]", which cancelled the gateway's read of the engine's tail. Both paths: the client
+// asked for the usage chunk itself (the engine's [DONE] is forwarded), and it did not (the gateway
+// ends the client's stream with its own [DONE]).
+func TestClientHangingUpAfterDoneIsNotA499(t *testing.T) {
+	t.Parallel()
+	js, topo, natsCfg := testenv.JetStream(t)
+	_, engineURL := startEngine(t, time.Millisecond, time.Millisecond)
+	_, gw := startGateway(t, engineURL, natsCfg, nil)
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hello"}],"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"model":"m","messages":[{"role":"user","content":"hello"}],"stream":true}`,
+	} {
+		for i := range 10 {
+			rid := newID(fmt.Sprintf("done-%d", i))
+			req, _ := http.NewRequest(http.MethodPost, gw+"/v1/chat/completions", strings.NewReader(body))
+			req.Header.Set("X-Request-Id", rid)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if sc.Text() == "data: [DONE]" {
+					break
+				}
+			}
+			resp.Body.Close() // hang up at once, without reading to EOF
+			_, fin := recordsOf(t, js, topo, rid)
+			if fin.StatusCode != 200 || fin.ErrorLayer != "" || fin.FinishReason == "" {
+				t.Fatalf("%s: request.finished status %d layer %q (%s) finish %q; want 200 with no error", body, fin.StatusCode, fin.ErrorLayer, fin.ErrorMessage, fin.FinishReason)
+			}
+		}
 	}
 }
