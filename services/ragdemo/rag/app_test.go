@@ -131,3 +131,28 @@ func TestAskPublishesAppRecords(t *testing.T) {
 		t.Errorf("record 3 has an error: %s %s", r3.ErrorLayer, r3.ErrorMessage)
 	}
 }
+
+// TestOversizeBodyIs413 posts bodies over the limit, valid JSON or not: 413 either way, and a
+// malformed small body stays 400.
+func TestOversizeBodyIs413(t *testing.T) {
+	app, err := New(Config{GatewayURL: "http://127.0.0.1:1", Model: "m", IndexEmbeddingModel: "v1", QueryEmbeddingModel: "v1",
+		EmbeddingDim: 16, CorpusVersion: "c", TopK: 1, MaxTokens: 1, Timeout: time.Second}, nil, http.DefaultClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := app.Handler("tok")
+	for _, c := range []struct {
+		body string
+		want int
+	}{
+		{strings.Repeat("x", 200<<10), http.StatusRequestEntityTooLarge},
+		{`{"question":"` + strings.Repeat("a", 200<<10) + `"}`, http.StatusRequestEntityTooLarge},
+		{`{"question":`, http.StatusBadRequest},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/ask", strings.NewReader(c.body)))
+		if rec.Code != c.want {
+			t.Errorf("%d-byte body: status %d, want %d", len(c.body), rec.Code, c.want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 
@@ -21,7 +22,7 @@ func (a *App) Handler(adminToken string) http.Handler {
 		var in struct {
 			Question string `json:"question"`
 		}
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&in); err != nil || strings.TrimSpace(in.Question) == "" {
+		if err := readJSON(w, r, &in); err != nil || strings.TrimSpace(in.Question) == "" {
 			writeJSON(w, badBodyStatus(err), map[string]string{"error": "body must be {\"question\": \"...\"} under 64 KiB"})
 			return
 		}
@@ -53,7 +54,7 @@ func (a *App) Handler(adminToken string) http.Handler {
 		var in struct {
 			Version string `json:"version"`
 		}
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&in); err != nil || in.Version == "" || len(in.Version) > 128 {
+		if err := readJSON(w, r, &in); err != nil || in.Version == "" || len(in.Version) > 128 {
 			writeJSON(w, badBodyStatus(err), map[string]string{"error": "body must be {\"version\": \"...\"} under 64 KiB"})
 			return
 		}
@@ -62,6 +63,16 @@ func (a *App) Handler(adminToken string) http.Handler {
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	return mux
+}
+
+// readJSON reads the whole body (at most maxBody bytes) before decoding it, so that an oversize
+// body is told apart from a malformed one whatever its first bytes are.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(raw, v)
 }
 
 // badBodyStatus is 413 for a body over the limit and 400 for any other bad body.
