@@ -57,6 +57,9 @@ func DecodeAt(subject string, data []byte, now time.Time) (Event, error) {
 	if !utf8.Valid(data) {
 		return nil, &DecodeError{Reason: "invalid_utf8", Err: fmt.Errorf("event is not valid UTF-8")}
 	}
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return nil, &DecodeError{Reason: "invalid_json", Err: fmt.Errorf("event is not a JSON object")}
+	}
 	var probe struct {
 		Schema *string `json:"schema"`
 	}

@@ -376,3 +376,14 @@ func TestNewUnknownKind(t *testing.T) {
 		}
 	}
 }
+
+// A payload that is JSON but not an object says so, instead of a Go type dump.
+func TestDecodeNonObject(t *testing.T) {
+	for _, in := range []string{`[1,2,3]`, `"x"`, `42`, `null`, `  `} {
+		_, err := schema.Decode(schema.Subject(schema.KindAppRecord), []byte(in))
+		var de *schema.DecodeError
+		if !errors.As(err, &de) || de.Reason != "invalid_json" || !strings.Contains(err.Error(), "not a JSON object") {
+			t.Errorf("Decode(%q) = %v, want invalid_json: event is not a JSON object", in, err)
+		}
+	}
+}

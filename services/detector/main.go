@@ -13,12 +13,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -29,14 +31,16 @@ import (
 
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := run(os.Args[1:], os.Stdout, log); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, log); err != nil {
 		log.Error("detector stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
 // run is the detector; with --once the alerts go to stdout and nothing else does.
-func run(args []string, stdout io.Writer, log *slog.Logger) error {
+func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger) error {
 	fs := flag.NewFlagSet("detector", flag.ContinueOnError)
 	once := fs.Bool("once", false, "evaluate once, print pending/firing alerts as JSON lines on stdout, send nothing")
 	atText := fs.String("at", "", "with --once: evaluate as of this RFC 3339 time instead of now")
@@ -62,10 +66,28 @@ func run(args []string, stdout io.Writer, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	conn, err := chstore.Open(ctx, cfg.ClickHouse)
-	if err != nil {
+	if *once {
+		conn, err := chstore.Open(ctx, cfg.ClickHouse)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		d, err := service.New(cfg, conn, defs, prometheus.NewRegistry(), log)
+		if err != nil {
+			return err
+		}
+		return d.Replay(ctx, at, stdout)
+	}
+	// Live: a detector (re)started while ClickHouse is away waits for it instead of exiting, so a
+	// supervisor does not crash-loop it through an outage.
+	var conn driver.Conn
+	if err := retry(ctx, log, "connect to ClickHouse", func() error {
+		var err error
+		conn, err = chstore.Open(ctx, cfg.ClickHouse)
+		return err
+	}); err != nil {
 		return err
 	}
 	defer conn.Close()
@@ -75,10 +97,7 @@ func run(args []string, stdout io.Writer, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if *once {
-		return d.Replay(ctx, at, stdout)
-	}
-	if err := d.Restore(ctx); err != nil {
+	if err := retry(ctx, log, "restore alert state", func() error { return d.Restore(ctx) }); err != nil {
 		return err
 	}
 	srv := &http.Server{Addr: cfg.MetricsAddr, Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second}
@@ -93,4 +112,27 @@ func run(args []string, stdout io.Writer, log *slog.Logger) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// retry runs fn until it succeeds or ctx ends, waiting between attempts with capped exponential
+// backoff and jitter (0.5 s doubling to 30 s).
+func retry(ctx context.Context, log *slog.Logger, what string, fn func() error) error {
+	wait := 500 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		d := wait/2 + rand.N(wait/2+1)
+		log.Warn(what+" failed; retrying", "attempt", attempt, "retry_in", d, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, err)
+		case <-time.After(d):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
 }

@@ -50,7 +50,7 @@ func (g *Group) Eval(ctx context.Context, ts time.Time) error {
 		}
 		for _, a := range changed {
 			g.logger().Info("alert state", "rule", a.Rule, "fingerprint", a.Fingerprint, "state", a.StateName(),
-				"value", a.Value, "baseline", a.Baseline, "threshold", a.Threshold, "ts", ts)
+				"value", logNumber(a.Value), "baseline", logNumber(a.Baseline), "threshold", logNumber(a.Threshold), "ts", ts)
 		}
 		var due []*Alert
 		for _, a := range r.Alerts() {
@@ -165,4 +165,13 @@ func Replay(ctx context.Context, at time.Time, defaultInterval time.Duration, rs
 		}
 	}
 	return out, nil
+}
+
+// logNumber makes an unknown (NaN) figure a log null: JSON handlers cannot encode NaN and would
+// print an error string in its place.
+func logNumber(v float64) any {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return v
 }
