@@ -150,6 +150,9 @@ func (r *run) prepare(ctx context.Context) error {
 			return fmt.Errorf("create %s: %w", d, err)
 		}
 	}
+	if pid, ok := RunningDriver(r.dirs.Pids, r.dirs.Bin); ok {
+		return fmt.Errorf("a demo is already running (driver pid %d); stop it with `scripts/demo down` first", pid)
+	}
 	if names, err := StopStale(ctx, r.dirs.Pids, r.dirs.Bin, 10*time.Second); err != nil {
 		return err
 	} else if len(names) > 0 {

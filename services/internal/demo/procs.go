@@ -135,6 +135,24 @@ func (ps *Procs) StopAll(grace time.Duration) {
 // DriverPidFile is the pid file of the demo driver itself, in the pid directory.
 const DriverPidFile = "driver.pid"
 
+// RunningDriver reports the pid of another demo driver still alive, from its pid file: a second
+// demo must not tear down the first one's stack under it.
+func RunningDriver(pidDir, binDir string) (int, bool) {
+	raw, err := os.ReadFile(filepath.Join(pidDir, DriverPidFile))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil || pid <= 1 || pid == os.Getpid() {
+		return 0, false
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil || !strings.HasPrefix(exe, binDir+string(os.PathSeparator)) {
+		return 0, false
+	}
+	return pid, true
+}
+
 // StopStale stops the processes named by pid files left in pidDir, but only those whose
 // executable lies in binDir (a reused pid belongs to someone else). A running driver
 // (DriverPidFile) is asked first, with SIGTERM, to tear its stack down itself; services are then
