@@ -15,19 +15,23 @@ func newMigrateCmd() *cobra.Command {
 		Use:   "migrate",
 		Short: "Apply or revert the ClickHouse schema migrations (golang-migrate)",
 	}
-	open := func(cmd *cobra.Command) (*chstore.Migrator, error) {
+	// open prepares the migrator; only `up` may create the database.
+	open := func(cmd *cobra.Command, create bool) (*chstore.Migrator, error) {
 		cfg, err := config.Load[config.ClickHouse]()
 		if err != nil {
 			return nil, err
 		}
-		return chstore.NewMigrator(cmd.Context(), cfg)
+		if create {
+			return chstore.NewMigrator(cmd.Context(), cfg)
+		}
+		return chstore.OpenMigrator(cmd.Context(), cfg)
 	}
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Create the database if needed and apply every pending migration (no-op when up to date)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			g, err := open(cmd)
+			g, err := open(cmd, true)
 			if err != nil {
 				return err
 			}
@@ -44,7 +48,7 @@ func newMigrateCmd() *cobra.Command {
 		Short: "Revert migrations: all of them, or --steps N",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			g, err := open(cmd)
+			g, err := open(cmd, false)
 			if err != nil {
 				return err
 			}
@@ -61,7 +65,7 @@ func newMigrateCmd() *cobra.Command {
 		Short: "Print the applied migration version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			g, err := open(cmd)
+			g, err := open(cmd, false)
 			if err != nil {
 				return err
 			}
@@ -78,7 +82,7 @@ func newMigrateCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("force: VERSION must be a number: %w", err)
 			}
-			g, err := open(cmd)
+			g, err := open(cmd, false)
 			if err != nil {
 				return err
 			}

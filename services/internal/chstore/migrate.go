@@ -22,13 +22,25 @@ type Migrator struct {
 
 // NewMigrator creates the database when needed and prepares golang-migrate. Close it when done.
 func NewMigrator(ctx context.Context, cfg config.ClickHouse) (*Migrator, error) {
+	if err := EnsureDatabase(ctx, cfg); err != nil {
+		return nil, err
+	}
+	return newMigrator(ctx, cfg, migrations.FS)
+}
+
+// OpenMigrator prepares golang-migrate on an existing database without creating anything but
+// golang-migrate's own version table; it fails when the database does not exist. For reading
+// the version and for down, where creating a database would be a surprise.
+func OpenMigrator(ctx context.Context, cfg config.ClickHouse) (*Migrator, error) {
+	conn, err := Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	_ = conn.Close()
 	return newMigrator(ctx, cfg, migrations.FS)
 }
 
 func newMigrator(ctx context.Context, cfg config.ClickHouse, files fs.FS) (*Migrator, error) {
-	if err := EnsureDatabase(ctx, cfg); err != nil {
-		return nil, err
-	}
 	opts, err := cfg.Options()
 	if err != nil {
 		return nil, err

@@ -38,6 +38,7 @@ func TestInvalidValuesNameTheVariable(t *testing.T) {
 		{map[string]string{"SERVESCOPE_STREAM_MAX_AGE": "soon"}, "SERVESCOPE_STREAM_MAX_AGE: invalid value"},
 		{map[string]string{"SERVESCOPE_NATS_URL": "::not a url"}, "SERVESCOPE_NATS_URL"},
 		{map[string]string{"SERVESCOPE_CLICKHOUSE_ADDR": "localhost"}, "SERVESCOPE_CLICKHOUSE_ADDR: \"localhost\" is not host:port"},
+		{map[string]string{"SERVESCOPE_CLICKHOUSE_ADDR": "http://127.0.0.1:8123"}, "SERVESCOPE_CLICKHOUSE_ADDR: \"http://127.0.0.1:8123\" is not host:port"},
 		{map[string]string{"SERVESCOPE_CLICKHOUSE_DATABASE": "x; DROP TABLE y"}, "SERVESCOPE_CLICKHOUSE_DATABASE"},
 		{map[string]string{"SERVESCOPE_SUBJECT_PREFIX": "Bad.Prefix"}, "SERVESCOPE_SUBJECT_PREFIX"},
 		{map[string]string{"TEST_SERVICE_PORT": "eighty"}, "TEST_SERVICE_PORT: invalid value"},

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"regexp"
@@ -187,8 +188,9 @@ func (c *ClickHouse) Validate() error {
 		return fmt.Errorf("SERVESCOPE_CLICKHOUSE_ADDR: must name at least one host:port")
 	}
 	for _, a := range c.Addr {
-		if !strings.Contains(a, ":") {
-			return fmt.Errorf("SERVESCOPE_CLICKHOUSE_ADDR: %q is not host:port", a)
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" || port == "" || strings.Contains(a, "/") {
+			return fmt.Errorf("SERVESCOPE_CLICKHOUSE_ADDR: %q is not host:port (the native protocol's address, e.g. 127.0.0.1:9000, no scheme)", a)
 		}
 	}
 	if !identRE.MatchString(c.Database) {
