@@ -162,6 +162,18 @@ func queueOverload(cur, base *Stats) Branch {
 	return br
 }
 
+// tokensRose reports whether a mean token count rose against the baseline's (by RiseRatio and at
+// least minRise tokens), or, without a baseline, reaches the absolute floor, which it then names
+// in the branch's evidence.
+func tokensRose(br *Branch, cur, base *float64, hasBase bool, minRise, floor float64) bool {
+	if hasBase && base != nil {
+		r, ok := ratio(cur, base)
+		return ok && r >= RiseRatio && *cur-*base >= minRise
+	}
+	br.Evidence = append(br.Evidence, fmt.Sprintf("no baseline: absolute floor %s", tokens(floor)))
+	return *cur >= floor
+}
+
 func longPrompt(cur, base *Stats, hasBase bool) Branch {
 	br := Branch{ID: BranchLongPrompt, Title: "Long prompts (input tokens up, possibly hidden by the prefix cache)"}
 	p := cur.PromptTokensMean
@@ -171,14 +183,7 @@ func longPrompt(cur, base *Stats, hasBase bool) Branch {
 		return br
 	}
 	br.Evidence = append(br.Evidence, "input tokens mean "+vs(p, base.PromptTokensMean, tokens))
-	up := false
-	if hasBase && base.PromptTokensMean != nil {
-		r, ok := ratio(p, base.PromptTokensMean)
-		up = ok && r >= RiseRatio && *p-*base.PromptTokensMean >= MinPromptRiseTokens
-	} else {
-		up = *p >= LongPromptFloorTokens
-		br.Evidence = append(br.Evidence, fmt.Sprintf("no baseline: absolute floor %s", tokens(LongPromptFloorTokens)))
-	}
+	up := tokensRose(&br, p, base.PromptTokensMean, hasBase, MinPromptRiseTokens, LongPromptFloorTokens)
 	if cur.PrefillMean != nil {
 		br.Evidence = append(br.Evidence, "prefill mean "+vs(cur.PrefillMean, base.PrefillMean, secs))
 	}
@@ -219,14 +224,7 @@ func longOutput(cur, base *Stats, hasBase bool) Branch {
 		return br
 	}
 	br.Evidence = append(br.Evidence, "output tokens mean "+vs(o, base.CompletionTokensMean, tokens))
-	up := false
-	if hasBase && base.CompletionTokensMean != nil {
-		r, ok := ratio(o, base.CompletionTokensMean)
-		up = ok && r >= RiseRatio && *o-*base.CompletionTokensMean >= MinOutputRiseTokens
-	} else {
-		up = *o >= LongOutputFloorTokens
-		br.Evidence = append(br.Evidence, fmt.Sprintf("no baseline: absolute floor %s", tokens(LongOutputFloorTokens)))
-	}
+	up := tokensRose(&br, o, base.CompletionTokensMean, hasBase, MinOutputRiseTokens, LongOutputFloorTokens)
 	if cur.LengthShare != nil {
 		br.Evidence = append(br.Evidence, "`length` stops "+vs(cur.LengthShare, base.LengthShare, pctPtr))
 	}
