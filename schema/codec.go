@@ -90,6 +90,24 @@ func DecodeAt(subject string, data []byte, now time.Time) (Event, error) {
 	return e, nil
 }
 
+// UnmarshalJSON reads RequestFinished, including fields under the names they had before a rename
+// so that events written by older publishers (and replayed from their spools) keep their values;
+// the current name wins when an event has both.
+func (e *RequestFinished) UnmarshalJSON(b []byte) error {
+	type plain RequestFinished
+	aux := struct {
+		*plain
+		EngineTTFTS *float64 `json:"engine_ttft_s"` // before 0.2
+	}{plain: (*plain)(e)}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	if e.ScheduledToFirstTokenS == nil {
+		e.ScheduledToFirstTokenS = aux.EngineTTFTS
+	}
+	return nil
+}
+
 // DecodeError is returned by [Decode] for input that is not an event at all.
 type DecodeError struct {
 	// Reason is a short machine-readable reason: "subject", "oversize", "invalid_utf8", "invalid_json".

@@ -222,6 +222,20 @@ func TestDecodeAccepts(t *testing.T) {
 				t.Errorf("ts %v, want %v", got, now.Add(-time.Hour))
 			}
 		}},
+		{"engine_ttft_s, the old name of scheduled_to_first_token_s", schema.KindRequestFinished,
+			mutate(t, finished, func(m map[string]any) { delete(m, "scheduled_to_first_token_s"); m["engine_ttft_s"] = 0.25 }),
+			func(t *testing.T, e schema.Event) {
+				if v := e.(*schema.RequestFinished).ScheduledToFirstTokenS; v == nil || *v != 0.25 {
+					t.Errorf("scheduled_to_first_token_s %v, want 0.25 from engine_ttft_s", v)
+				}
+			}},
+		{"the current name wins over the old one", schema.KindRequestFinished,
+			mutate(t, finished, func(m map[string]any) { m["scheduled_to_first_token_s"] = 0.5; m["engine_ttft_s"] = 0.25 }),
+			func(t *testing.T, e schema.Event) {
+				if v := e.(*schema.RequestFinished).ScheduledToFirstTokenS; v == nil || *v != 0.5 {
+					t.Errorf("scheduled_to_first_token_s %v, want 0.5", v)
+				}
+			}},
 		{"engine.sample without request_id", schema.KindEngineSample,
 			mutate(t, mustEncode(t, fullEvent(t, schema.KindEngineSample)), func(m map[string]any) { delete(m, "request_id") }), nil},
 		{"engine.log without request_id", schema.KindEngineLog,

@@ -43,7 +43,7 @@ func fullEvents() []schema.Event {
 		StatusCode: 200, ErrorLayer: schema.LayerUpstream, ErrorCode: "BadRequestError",
 		ErrorMessage: "This model's maximum context length is 2048 tokens. However, you requested 2100 tokens (1844 in the messages, 256 in the completion).",
 		TTFTS:        ptr(0.041), TPOTS: ptr(0.0123), E2ES: ptr(1.136), QueueS: ptr(0.002), PrefillS: ptr(0.035),
-		DecodeS: ptr(1.09), EngineTTFTS: ptr(0.037), EngineITLS: ptr(0.0121),
+		DecodeS: ptr(1.09), ScheduledToFirstTokenS: ptr(0.037), EngineITLS: ptr(0.0121),
 		PromptTokens: ptr(uint32(412)), CompletionTokens: ptr(uint32(88)), CachedTokens: ptr(uint32(256)),
 		TokensEstimated: true, FinishReason: "length", MaxTokens: ptr(uint32(256)),
 		TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", Upstream: "http://127.0.0.1:8000", Gateway: "gw-1",

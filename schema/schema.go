@@ -202,8 +202,12 @@ type RequestFinished struct {
 	PrefillS *float64 `json:"prefill_s,omitempty" jsonschema:"minimum=0"`
 	// DecodeS is the engine's generation (decode) time in seconds (vLLM `generation_time_ms`).
 	DecodeS *float64 `json:"decode_s,omitempty" jsonschema:"minimum=0"`
-	// EngineTTFTS is the engine's own time to first token in seconds (vLLM `time_to_first_token_ms`).
-	EngineTTFTS *float64 `json:"engine_ttft_s,omitempty" jsonschema:"minimum=0"`
+	// ScheduledToFirstTokenS is seconds from the engine scheduling the request to its first output
+	// token, as the engine reports it in its per-request timing object (vLLM `metrics.
+	// time_to_first_token_ms`, built from scheduled_ts, not arrival). It excludes the queue wait, so
+	// it is not a TTFT: queue_s + scheduled_to_first_token_s is the engine's time from arrival.
+	// Events written before this name carried it as `engine_ttft_s`; decoders read both.
+	ScheduledToFirstTokenS *float64 `json:"scheduled_to_first_token_s,omitempty" jsonschema:"minimum=0"`
 	// EngineITLS is the engine's mean inter-token latency in seconds (vLLM `mean_itl_ms`).
 	EngineITLS *float64 `json:"engine_itl_s,omitempty" jsonschema:"minimum=0"`
 	// PromptTokens is usage.prompt_tokens (OTel gen_ai.usage.input_tokens).

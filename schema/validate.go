@@ -192,7 +192,7 @@ func (e *RequestFinished) ValidateAt(now time.Time) error {
 		val  *float64
 	}{
 		{"ttft_s", e.TTFTS}, {"tpot_s", e.TPOTS}, {"e2e_s", e.E2ES}, {"queue_s", e.QueueS},
-		{"prefill_s", e.PrefillS}, {"decode_s", e.DecodeS}, {"engine_ttft_s", e.EngineTTFTS}, {"engine_itl_s", e.EngineITLS},
+		{"prefill_s", e.PrefillS}, {"decode_s", e.DecodeS}, {"scheduled_to_first_token_s", e.ScheduledToFirstTokenS}, {"engine_itl_s", e.EngineITLS},
 	} {
 		v.duration(d.name, d.val)
 	}

@@ -289,8 +289,15 @@ func fastRequestFinished(text string) (*schema.RequestFinished, bool) {
 			return setFloatPtr(&e.PrefillS, v)
 		case "decode_s":
 			return setFloatPtr(&e.DecodeS, v)
+		case "scheduled_to_first_token_s":
+			return setFloatPtr(&e.ScheduledToFirstTokenS, v)
 		case "engine_ttft_s":
-			return setFloatPtr(&e.EngineTTFTS, v)
+			// The field's name before 0.2; the current name wins when an event has both.
+			if e.ScheduledToFirstTokenS != nil {
+				var ignored *float64
+				return setFloatPtr(&ignored, v)
+			}
+			return setFloatPtr(&e.ScheduledToFirstTokenS, v)
 		case "engine_itl_s":
 			return setFloatPtr(&e.EngineITLS, v)
 		case "prompt_tokens":

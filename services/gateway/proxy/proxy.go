@@ -739,7 +739,7 @@ func (x *exchange) finished() *schema.RequestFinished {
 		e.ErrorMessage = limit(o.Error.Message, 8192)
 	}
 	e.FinishReason = limit(o.FinishReason, 64)
-	e.QueueS, e.EngineTTFTS, e.DecodeS, e.EngineITLS, e.PrefillS = o.QueueS, o.EngineTTFTS, o.DecodeS, o.EngineITLS, o.PrefillS
+	e.QueueS, e.ScheduledToFirstTokenS, e.DecodeS, e.EngineITLS, e.PrefillS = o.QueueS, o.ScheduledToFirstTokenS, o.DecodeS, o.EngineITLS, o.PrefillS
 	if !x.firstTok.IsZero() {
 		ttft := x.firstTok.Sub(x.arrival).Seconds()
 		e.TTFTS = &ttft

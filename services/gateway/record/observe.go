@@ -22,7 +22,7 @@ type Response struct {
 	ContentBytes int
 	// The engine's per-request metrics object (vLLM: queue_time_ms, time_to_first_token_ms,
 	// generation_time_ms, mean_itl_ms, and prefill_time_ms when present), in seconds.
-	QueueS, EngineTTFTS, DecodeS, EngineITLS, PrefillS *float64
+	QueueS, ScheduledToFirstTokenS, DecodeS, EngineITLS, PrefillS *float64
 	// Error is set when the body or a stream event was an error object, in either vLLM shape:
 	// {"error":{"message","type","code"}} or the older flat {"object":"error","message","type","code"}.
 	Error *EngineError
@@ -349,7 +349,7 @@ func (o *Observer) metrics(v []byte) {
 		case "queue_time_ms":
 			o.QueueS = msToS(f)
 		case "time_to_first_token_ms":
-			o.EngineTTFTS = msToS(f)
+			o.ScheduledToFirstTokenS = msToS(f)
 		case "generation_time_ms":
 			o.DecodeS = msToS(f)
 		case "mean_itl_ms":

@@ -112,8 +112,8 @@ func TestObserverStreams(t *testing.T) {
 				if (o.Error == nil) != (tc.errType == "") || (o.Error != nil && o.Error.Type != tc.errType) {
 					t.Fatalf("error %+v, want type %q", o.Error, tc.errType)
 				}
-				if tc.engineTTFT != 0 && (o.EngineTTFTS == nil || *o.EngineTTFTS != tc.engineTTFT) {
-					t.Fatalf("engine ttft %v, want %v", o.EngineTTFTS, tc.engineTTFT)
+				if tc.engineTTFT != 0 && (o.ScheduledToFirstTokenS == nil || *o.ScheduledToFirstTokenS != tc.engineTTFT) {
+					t.Fatalf("engine ttft %v, want %v", o.ScheduledToFirstTokenS, tc.engineTTFT)
 				}
 			}
 		})

@@ -98,8 +98,8 @@ func TestOpenAISDKStreamingAndNonStreamingRecords(t *testing.T) {
 		if fin.E2ES == nil || *fin.E2ES < *fin.TTFTS {
 			t.Fatalf("E2E %v < TTFT %v", fin.E2ES, fin.TTFTS)
 		}
-		if fin.EngineTTFTS == nil || *fin.EngineTTFTS != firstTokenDelay.Seconds() || fin.QueueS == nil || fin.DecodeS == nil || fin.EngineITLS == nil {
-			t.Fatalf("engine metrics not recorded: ttft %v queue %v decode %v itl %v", fin.EngineTTFTS, fin.QueueS, fin.DecodeS, fin.EngineITLS)
+		if fin.ScheduledToFirstTokenS == nil || *fin.ScheduledToFirstTokenS != firstTokenDelay.Seconds() || fin.QueueS == nil || fin.DecodeS == nil || fin.EngineITLS == nil {
+			t.Fatalf("engine metrics not recorded: ttft %v queue %v decode %v itl %v", fin.ScheduledToFirstTokenS, fin.QueueS, fin.DecodeS, fin.EngineITLS)
 		}
 		if fin.OutputForeignChars == nil || *fin.OutputForeignChars != 0 || fin.OutputScriptViolation == nil || *fin.OutputScriptViolation {
 			t.Fatalf("output check: %v %v", fin.OutputForeignChars, fin.OutputScriptViolation)
@@ -133,8 +133,8 @@ func TestOpenAISDKStreamingAndNonStreamingRecords(t *testing.T) {
 		if fin.TTFTS != nil || fin.TPOTS != nil {
 			t.Fatalf("non-streaming record claims TTFT %v / TPOT %v the gateway cannot see", fin.TTFTS, fin.TPOTS)
 		}
-		if fin.EngineTTFTS == nil || fin.E2ES == nil || *fin.E2ES < firstTokenDelay.Seconds() {
-			t.Fatalf("engine ttft %v, e2e %v", fin.EngineTTFTS, fin.E2ES)
+		if fin.ScheduledToFirstTokenS == nil || fin.E2ES == nil || *fin.E2ES < firstTokenDelay.Seconds() {
+			t.Fatalf("engine ttft %v, e2e %v", fin.ScheduledToFirstTokenS, fin.E2ES)
 		}
 	})
 }

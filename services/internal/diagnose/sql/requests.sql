@@ -30,7 +30,7 @@ FROM
         r.cached_tokens                              AS cached_tokens,
         coalesce(r.queue_s, s.queue_s)               AS queue_s,
         coalesce(r.prefill_s, s.prefill_s)           AS prefill_s,
-        coalesce(r.ttft_s, r.engine_ttft_s, s.ttft_s) AS ttft_s,
+        coalesce(r.ttft_s, r.scheduled_to_first_token_s, s.ttft_s) AS ttft_s,
         coalesce(r.tpot_s, r.engine_itl_s)           AS tpot_s,
         coalesce(r.decode_s, s.decode_s)             AS decode_s,
         coalesce(r.e2e_s, s.e2e_s)                   AS e2e_s,
