@@ -93,7 +93,7 @@ func TestCollectorEndToEnd(t *testing.T) {
 		_, _ = w.Write(metrics)
 	}))
 	defer engine.Close()
-	crashLog, err := os.ReadFile("../vllmlog/testdata/v1_0_11_crash.log")
+	crashLog, err := os.ReadFile("../vllmlog/testdata/v0_10_crash.log")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestLogLinesSurviveNATSOutage(t *testing.T) {
 	defer pub.Close(context.Background())
 
 	srv.Stop()
-	crashLog, err := os.ReadFile("../vllmlog/testdata/v1_0_11_crash.log")
+	crashLog, err := os.ReadFile("../vllmlog/testdata/v0_10_crash.log")
 	if err != nil {
 		t.Fatal(err)
 	}
