@@ -69,7 +69,7 @@ func TestLoadFromClickHouse(t *testing.T) {
 	}
 	start := time.Now().UTC().Add(-3 * time.Hour).Truncate(time.Second)
 	insertLogs(t, ctx, conn, shift(readLog(t, "v1_unexplained.log"), start, "vllm-b"))
-	insertLogs(t, ctx, conn, shift(readLog(t, "v1_type_one.log"), start.Add(time.Hour), "vllm-a"))
+	insertLogs(t, ctx, conn, shift(readLog(t, "v0_10_type_one.log"), start.Add(time.Hour), "vllm-a"))
 	insertLogs(t, ctx, conn, shift(readLog(t, "v1_no_crash.log"), start.Add(2*time.Hour), "vllm-c"))
 
 	for _, tc := range []struct {
@@ -100,7 +100,7 @@ func TestLoadFromClickHouse(t *testing.T) {
 					t.Errorf("arithmetic = %+v", a)
 				}
 				// The frames survived the round trip through the table's Array(String).
-				if inner := rep.Frames[len(rep.Frames)-1]; inner != "vllm/v1/sample/sampler.py:apply_penalties" {
+				if inner := rep.Frames[len(rep.Frames)-1]; inner != "vllm/model_executor/layers/utils.py:apply_penalties" {
 					t.Errorf("innermost frame = %q", inner)
 				}
 			}
