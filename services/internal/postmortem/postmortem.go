@@ -133,15 +133,15 @@ type Report struct {
 	Crashed bool `json:"crashed"`
 	Lines   int  `json:"lines"`
 	// Model, GPUMemoryUtilization, MaxNumSeqs and DType are what the log's start-up lines said.
-	Model                string       `json:"model,omitempty"`
-	DType                string       `json:"dtype,omitempty"`
-	GPUMemoryUtilization string       `json:"gpu_memory_utilization,omitempty"`
-	MaxNumSeqs           string       `json:"max_num_seqs,omitempty"`
+	Model                string `json:"model,omitempty"`
+	DType                string `json:"dtype,omitempty"`
+	GPUMemoryUtilization string `json:"gpu_memory_utilization,omitempty"`
+	MaxNumSeqs           string `json:"max_num_seqs,omitempty"`
 	// EngineIndex is the data-parallel engine that died ("" when the log does not tell); the
 	// timeline then holds that engine's stats lines only.
 	EngineIndex string       `json:"engine_index,omitempty"`
 	Timeline    []StatsPoint `json:"timeline"`
-	LastWords            *LastWords   `json:"last_words,omitempty"`
+	LastWords   *LastWords   `json:"last_words,omitempty"`
 	// Frames are the innermost project frames, innermost last; CodeLine is the innermost frame's
 	// source line when the log kept it.
 	Frames     []string    `json:"frames,omitempty"`
