@@ -93,7 +93,7 @@ func fullEvents() []schema.Event {
 		PromptThroughputTPS: ptr(412.3), GenerationThroughputTPS: ptr(88.1), Running: ptr(uint32(7)), Waiting: ptr(uint32(2)),
 		KVCacheUsagePerc: ptr(0.159), PrefixCacheHitRate: ptr(0.42), ExceptionType: "torch.OutOfMemoryError",
 		OOMBytesRequested: ptr(uint64(117440512)), OOMTotalCapacityBytes: ptr(uint64(12487168819)), OOMFreeBytes: ptr(uint64(89001492)),
-		Frames: []string{"vllm/v1/worker/gpu_model_runner.py:execute_model", "vllm/v1/sample/sampler.py:apply_penalties"},
+		Frames: []string{"vllm/v1/sample/ops/penalties.py:apply_all_penalties", "vllm/model_executor/layers/utils.py:apply_penalties"},
 	}
 	return []schema.Event{rs, rf, ar, es, sp, lg}
 }

@@ -454,7 +454,7 @@ type EngineLog struct {
 	OOMTotalCapacityBytes *uint64 `json:"oom_total_capacity_bytes,omitempty"`
 	OOMFreeBytes          *uint64 `json:"oom_free_bytes,omitempty"`
 	// Frames are the innermost project frames of the traceback that ended in this line,
-	// innermost last, e.g. "vllm/v1/sample/sampler.py:apply_penalties".
+	// innermost last, e.g. "vllm/model_executor/layers/utils.py:apply_penalties".
 	Frames []string `json:"frames,omitempty" jsonschema:"maxItems=64"`
 }
 
