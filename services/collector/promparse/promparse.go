@@ -5,7 +5,8 @@
 // Decoding is prometheus/common/expfmt's, in whichever format the response's Content-Type names
 // (Prometheus text 0.0.4, OpenMetrics 1.0, or delimited protobuf). vLLM serves /metrics with
 // prometheus_client, which answers OpenMetrics whenever the Accept header names it at all (it
-// ignores q-values), so both text formats are read on every scrape path.
+// ignores q-values): [AcceptHeader] names only the text format. OpenMetrics is rewritten to the
+// text format before parsing, because expfmt's OpenMetrics decoder takes seconds per exposition.
 //
 // Names. Keys are the metric family's name without the "vllm:" prefix (or the "vllm_" prefix of
 // vLLM releases before 0.3), counters ending in "_total" (OpenMetrics names a counter family
@@ -56,6 +57,12 @@ const (
 	KVCacheUsagePerc   = "kv_cache_usage_perc"
 )
 
+// MaxExpositionBytes bounds an exposition read; MaxLineBytes one line of it.
+const (
+	MaxExpositionBytes = 16 << 20
+	MaxLineBytes       = 1 << 20
+)
+
 // MaxKeyBytes is the longest metric key kept (the schema's limit for map keys); a longer key,
 // made by an unexpected label, is dropped rather than truncated into a false name.
 const MaxKeyBytes = 256
@@ -94,11 +101,11 @@ func LegacyNames() map[string]string {
 	return m
 }
 
-// AcceptHeader is the Accept header a scraper should send: Prometheus text first, OpenMetrics and
-// protobuf understood too. vLLM's prometheus_client ignores the q-values and answers OpenMetrics
-// because the header names it; either is read the same way.
-const AcceptHeader = `text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,` +
-	`application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.4,*/*;q=0.1`
+// AcceptHeader is the Accept header a scraper should send: the Prometheus text format only.
+// vLLM's prometheus_client answers OpenMetrics as soon as the header names
+// application/openmetrics-text, whatever its q-value, so naming it at all would get OpenMetrics
+// from every vLLM; a server that sends it anyway (or protobuf) is still read (see [Decode]).
+const AcceptHeader = `text/plain;version=0.0.4;q=1,*/*;q=0.1`
 
 // EngineMetrics is what one engine core exposed in one scrape.
 type EngineMetrics struct {
@@ -128,6 +135,13 @@ func Decode(r io.Reader, contentType string) ([]*dto.MetricFamily, error) {
 		} else if mt, _, err := mime.ParseMediaType(contentType); err == nil && mt != "text/plain" {
 			return nil, fmt.Errorf("decode metrics: unsupported content type %q", contentType)
 		}
+	}
+	if format.FormatType() == expfmt.TypeOpenMetrics {
+		text, err := openMetricsToText(io.LimitReader(r, MaxExpositionBytes+1))
+		if err != nil {
+			return nil, fmt.Errorf("decode metrics (%s): %w", format, err)
+		}
+		r, format = text, expfmt.NewFormat(expfmt.TypeTextPlain)
 	}
 	dec := expfmt.NewDecoder(r, format)
 	var fams []*dto.MetricFamily

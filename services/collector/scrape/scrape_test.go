@@ -38,6 +38,11 @@ func (c *collected) all() []*schema.EngineSample {
 // the request's Accept header names application/openmetrics-text (q-values are ignored), the
 // Prometheus text format otherwise. name is the file's base name under promparse's testdata.
 func serveFile(t *testing.T, name string) *httptest.Server {
+	return serveFileAs(t, name, false)
+}
+
+// serveFileAs is serveFile, or with forceOM a server that answers OpenMetrics whatever is asked.
+func serveFileAs(t *testing.T, name string, forceOM bool) *httptest.Server {
 	t.Helper()
 	text, err := os.ReadFile("../promparse/testdata/" + name + ".prom")
 	if err != nil {
@@ -45,7 +50,7 @@ func serveFile(t *testing.T, name string) *httptest.Server {
 	}
 	om, omErr := os.ReadFile("../promparse/testdata/" + name + ".om")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if omErr == nil && strings.Contains(r.Header.Get("Accept"), "application/openmetrics-text") {
+		if omErr == nil && (forceOM || strings.Contains(r.Header.Get("Accept"), "application/openmetrics-text")) {
 			w.Header().Set("Content-Type", "application/openmetrics-text; version=1.0.0; charset=utf-8")
 			_, _ = w.Write(om)
 			return
@@ -100,27 +105,55 @@ func TestScrapeDataParallel(t *testing.T) {
 	}
 }
 
-// TestScrapeEveryRelease scrapes each release's exposition through the scraper's own Accept
-// header, so the format prometheus_client would answer (OpenMetrics) is the one parsed, and
-// checks the headline gauges against the Prometheus text rendering of the same registry.
+// TestScrapeEveryRelease scrapes each release's exposition as vLLM serves it (the scraper's
+// Accept header gets the text format from prometheus_client) and from a server that answers
+// OpenMetrics whatever is asked, and checks both give the same headline values.
 func TestScrapeEveryRelease(t *testing.T) {
 	for _, name := range []string{"vllm_v0_8_v0engine", "vllm_v0_8", "vllm_v0_10", "vllm_main"} {
 		t.Run(name, func(t *testing.T) {
-			srv := serveFile(t, name)
-			s, _ := New(nil, &collected{}, Config{})
-			evs := s.Scrape(context.Background(), Target{URL: srv.URL, Engine: "e"})
-			if len(evs) != 1 || !evs[0].Up {
-				t.Fatalf("samples %+v", evs)
+			var got []*schema.EngineSample
+			for _, forceOM := range []bool{false, true} {
+				srv := serveFileAs(t, name, forceOM)
+				s, _ := New(nil, &collected{}, Config{})
+				evs := s.Scrape(context.Background(), Target{URL: srv.URL, Engine: "e"})
+				if len(evs) != 1 || !evs[0].Up {
+					t.Fatalf("forceOM %v: samples %+v", forceOM, evs)
+				}
+				got = append(got, evs[0])
 			}
-			e := evs[0]
-			if e.NumRequestsRunning == nil || e.NumRequestsWaiting == nil || e.KVCacheUsagePerc == nil ||
-				*e.KVCacheUsagePerc > 1 || e.Histograms["inter_token_latency_seconds"].Count == 0 {
-				t.Errorf("sample %+v", e)
+			for _, e := range got {
+				if e.NumRequestsRunning == nil || e.NumRequestsWaiting == nil || e.KVCacheUsagePerc == nil ||
+					*e.KVCacheUsagePerc > 1 || e.Histograms["inter_token_latency_seconds"].Count == 0 {
+					t.Errorf("sample %+v", e)
+				}
+				if _, ok := e.Gauges["kv_cache_usage_perc"]; ok {
+					t.Error("the KV gauge was left among the other gauges")
+				}
 			}
-			if _, ok := e.Gauges["kv_cache_usage_perc"]; ok {
-				t.Error("the KV gauge was left among the other gauges")
+			if *got[0].NumRequestsRunning != *got[1].NumRequestsRunning || *got[0].KVCacheUsagePerc != *got[1].KVCacheUsagePerc ||
+				len(got[0].Counters) != len(got[1].Counters) || len(got[0].Histograms) != len(got[1].Histograms) {
+				t.Errorf("text and OpenMetrics scrapes differ:\n%+v\n%+v", got[0], got[1])
 			}
 		})
+	}
+}
+
+// TestAcceptHeaderGetsText: the scraper's Accept header must not name OpenMetrics, or vLLM's
+// prometheus_client answers it.
+func TestAcceptHeaderGetsText(t *testing.T) {
+	var accept string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		accept = r.Header.Get("Accept")
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = w.Write([]byte("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n"))
+	}))
+	defer srv.Close()
+	s, _ := New(nil, &collected{}, Config{})
+	if evs := s.Scrape(context.Background(), Target{URL: srv.URL}); len(evs) != 1 || !evs[0].Up {
+		t.Fatalf("samples %+v", evs)
+	}
+	if strings.Contains(accept, "openmetrics") {
+		t.Errorf("Accept %q names OpenMetrics", accept)
 	}
 }
 

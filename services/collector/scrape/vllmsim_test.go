@@ -11,9 +11,8 @@ import (
 )
 
 // TestScrapeVLLMSimEveryRelease scrapes vllmsim's /metrics in each vLLM release's format, the way
-// the collector does (its Accept header makes vllmsim answer OpenMetrics, as vLLM's
-// prometheus_client would), and checks that every release lands on the same keys: the KV gauge as
-// a fraction whatever its name, the inter-token histogram under its main name, and the
+// the collector does, and checks that every release lands on the same keys: the KV gauge as a
+// fraction whatever its name, the inter-token histogram under its main name, and the
 // prefix-cache counters of 0.8 kept apart because they count blocks.
 func TestScrapeVLLMSimEveryRelease(t *testing.T) {
 	for _, rel := range release.All {
