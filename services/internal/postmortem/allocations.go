@@ -59,7 +59,8 @@ var float32Logits = dtypeInfo{"float32", bytesFloat32, "float32"}
 //     (called through vllm/v1/sample/ops/penalties.py apply_all_penalties in V1, directly by V0's
 //     vllm/model_executor/layers/sampler.py);
 //   - vllm/v1/sample/sampler.py (forward's float32 cast, compute_logprobs) and
-//     vllm/v1/sample/ops/topk_topp_sampler.py (the top-k/top-p sort, softmax, random sampling);
+//     vllm/v1/sample/ops/topk_topp_sampler.py (apply_top_k_top_p's sort, masks and scatter,
+//     apply_top_k_only's mask, the float32 softmax, random_sample's noise);
 //   - V0's vllm/model_executor/layers/sampler.py (its float cast, softmax, log_softmax, sort).
 //
 // Multiplying a float tensor by an int64 or bool one gives the float's dtype (PyTorch's type
@@ -121,8 +122,15 @@ var sites = []site{
 	{code: ".scatter(", allocs: func(dtypeInfo) []Allocation {
 		return []Allocation{fixed("logits_sort.scatter(dim=-1, index=logits_idx, src=logits_sort)", "(num_seqs, vocab_size)", false, "float32", bytesFloat32, "the float32 logits put back in vocabulary order")}
 	}},
-	{code: "cumsum(", allocs: func(dtypeInfo) []Allocation {
+	// Newer releases write the cumulative sum in place (torch.cumsum(..., out=probs_sort)).
+	{code: "probs_sort.cumsum(", allocs: func(dtypeInfo) []Allocation {
 		return []Allocation{fixed("probs_sort.cumsum(dim=-1)", "(num_seqs, vocab_size)", false, "float32", bytesFloat32, "cumulative float32 probabilities")}
+	}},
+	{code: " < top_k_mask", allocs: func(dtypeInfo) []Allocation {
+		return []Allocation{fixed("logits < top_k_mask", "(num_seqs, vocab_size)", false, "bool", bytesBool, "the top-k comparison's mask")}
+	}},
+	{code: "probs_sum <= 1 - p", allocs: func(dtypeInfo) []Allocation {
+		return []Allocation{fixed("probs_sum <= 1 - p.unsqueeze(dim=1)", "(num_seqs, vocab_size)", false, "bool", bytesBool, "the top-p comparison's mask")}
 	}},
 	{funcs: []string{"batched_count_greater_than"}, allocs: func(dtypeInfo) []Allocation {
 		return []Allocation{fixed("x >= values", "(num_seqs, vocab_size)", false, "bool", bytesBool, "a comparison's mask over the logprobs")}

@@ -28,6 +28,9 @@ func TestAllocationSites(t *testing.T) {
 		{"vllm/v1/sample/sampler.py:compute_logprobs", "return logits.log_softmax(dim=-1, dtype=torch.float32)", float32Logits, []want{{"float32", 4, false}}},
 		{"vllm/v1/sample/ops/topk_topp_sampler.py:apply_top_k_top_p", "logits_sort, logits_idx = logits.sort(dim=-1, descending=False)", float32Logits, []want{{"float32", 4, false}, {"int64", 8, false}}},
 		{"vllm/v1/sample/ops/topk_topp_sampler.py:random_sample", "q = torch.empty_like(probs)", float32Logits, []want{{"float32", 4, false}}},
+		{"vllm/v1/sample/ops/topk_topp_sampler.py:apply_top_k_only", `logits.masked_fill_(logits < top_k_mask, -float("inf"))`, float32Logits, []want{{"bool", 1, false}}},
+		{"vllm/v1/sample/ops/topk_topp_sampler.py:apply_top_k_top_p", "top_p_mask = probs_sum <= 1 - p.unsqueeze(dim=1)", float32Logits, []want{{"bool", 1, false}}},
+		{"vllm/v1/sample/ops/topk_topp_sampler.py:apply_top_k_top_p", "probs_sum = torch.cumsum(probs_sort, dim=-1, out=probs_sort)", float32Logits, nil},
 		{"vllm/v1/sample/ops/logprobs.py:batched_count_greater_than", "return (x >= values).sum(-1)", float32Logits, []want{{"bool", 1, false}}},
 		{"vllm/model_executor/models/qwen2.py:forward", "gate_up, _ = self.gate_up_proj(x)", float32Logits, nil},
 	} {
