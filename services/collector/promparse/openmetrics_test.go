@@ -36,7 +36,7 @@ vllm:num_requests_running{engine="0",model_name="m # {not an exemplar}"} 5
 		t.Error("info family kept")
 	}
 	for _, bad := range []string{
-		"# TYPE vllm:a gauge\nvllm:a 1\n",                 // no # EOF: truncated
+		"# TYPE vllm:a gauge\nvllm:a 1\n",                  // no # EOF: truncated
 		"# TYPE vllm:a gauge\nvllm:a 1\n# EOF\nvllm:a 2\n", // text after # EOF
 		"# TYPE vllm:a gauge\nvllm:a{x=\"1 1\n# EOF\n",     // label block not closed
 	} {
