@@ -81,9 +81,12 @@ func New(model string, maxModelLen int, gauges func() engine.Gauges) *Metrics {
 	return NewRelease(model, maxModelLen, gauges, release.Main)
 }
 
-// NewRelease registers every metric rel exposes for model and reads the gauges from gauges at
-// scrape time.
+// NewRelease registers every metric rel (default main) exposes for model and reads the gauges
+// from gauges at scrape time.
 func NewRelease(model string, maxModelLen int, gauges func() engine.Gauges, rel release.Release) *Metrics {
+	if rel == "" {
+		rel = release.Main
+	}
 	reg := prometheus.NewRegistry()
 	labelNames := []string{"model_name", "engine"}
 	m := &Metrics{reg: reg, rel: rel, labels: []string{model, "0"}}
