@@ -88,12 +88,12 @@ func fullEvents() []schema.Event {
 		Header: schema.Header{Schema: "engine.log/v1", EventID: "2Iq3zjR5zAc6dWy2o9E8IlK4t0D", RequestID: "chatcmpl-abc", TS: finished},
 		Engine: "vllm-0", Source: "/var/log/vllm.log", Offset: ptr(uint64(1 << 33)),
 		Line:  "ERROR 11-30 11:59:58 [core.py:588] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB.",
-		Level: "ERROR", Process: "EngineCore_DP0 pid=233", Logger: "core.py:588",
+		Level: "ERROR", Process: "EngineCore_DP0 pid=233", Logger: "core.py:588", EngineIndex: "0",
 		Message:             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB.",
 		PromptThroughputTPS: ptr(412.3), GenerationThroughputTPS: ptr(88.1), Running: ptr(uint32(7)), Waiting: ptr(uint32(2)),
 		KVCacheUsagePerc: ptr(0.159), PrefixCacheHitRate: ptr(0.42), ExceptionType: "torch.OutOfMemoryError",
 		OOMBytesRequested: ptr(uint64(117440512)), OOMTotalCapacityBytes: ptr(uint64(12487168819)), OOMFreeBytes: ptr(uint64(89001492)),
-		Frames: []string{"vllm/v1/worker/gpu_model_runner.py:execute_model", "vllm/v1/sample/sampler.py:apply_penalties"},
+		Frames: []string{"vllm/v1/sample/ops/penalties.py:apply_all_penalties", "vllm/model_executor/layers/utils.py:apply_penalties"},
 	}
 	return []schema.Event{rs, rf, ar, es, sp, lg}
 }

@@ -428,9 +428,15 @@ type EngineLog struct {
 	Process string `json:"process,omitempty" jsonschema:"maxLength=256"`
 	// Logger is the file:line the line names, e.g. "loggers.py:123".
 	Logger string `json:"logger,omitempty" jsonschema:"maxLength=256"`
+	// EngineIndex is the engine the line is about, as vLLM's `engine` metric label spells it ("0",
+	// "1", ...): the stats line's "Engine 001:", else the data-parallel rank of the engine-core
+	// process that wrote it ("EngineCore_DP1 pid=..."). Empty when the line names no engine (the
+	// API server's lines, V0's stats lines, main's "N Engines Aggregated:" lines).
+	EngineIndex string `json:"engine_index,omitempty" jsonschema:"maxLength=16"`
 	// Message is the line without its prefix.
 	Message string `json:"message,omitempty" jsonschema:"maxLength=16384"`
-	// Stats fields, from vLLM's periodic stats line.
+	// Stats fields, from vLLM's periodic stats line (and from the scheduler state vLLM dumps when
+	// a model step raised: "Dumping scheduler stats: SchedulerStats(num_running_reqs=...)").
 	PromptThroughputTPS     *float64 `json:"prompt_throughput_tps,omitempty" jsonschema:"minimum=0"`
 	GenerationThroughputTPS *float64 `json:"generation_throughput_tps,omitempty" jsonschema:"minimum=0"`
 	Running                 *uint32  `json:"running,omitempty"`
@@ -448,7 +454,7 @@ type EngineLog struct {
 	OOMTotalCapacityBytes *uint64 `json:"oom_total_capacity_bytes,omitempty"`
 	OOMFreeBytes          *uint64 `json:"oom_free_bytes,omitempty"`
 	// Frames are the innermost project frames of the traceback that ended in this line,
-	// innermost last, e.g. "vllm/v1/sample/sampler.py:apply_penalties".
+	// innermost last, e.g. "vllm/model_executor/layers/utils.py:apply_penalties".
 	Frames []string `json:"frames,omitempty" jsonschema:"maxItems=64"`
 }
 

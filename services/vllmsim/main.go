@@ -27,6 +27,7 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/servescope/servescope/services/vllmsim/engine"
+	"github.com/servescope/servescope/services/vllmsim/release"
 	"github.com/servescope/servescope/services/vllmsim/sim"
 	"github.com/servescope/servescope/services/vllmsim/simserver"
 	"github.com/servescope/servescope/services/vllmsim/simtrace"
@@ -50,6 +51,8 @@ type config struct {
 	SlowDelayS          float64 `env:"SLOW_DELAY_S" envDefault:"5"`
 	DropShare           float64 `env:"DROP_SHARE" envDefault:"0"`
 	PerRequestMetrics   bool    `env:"ENABLE_PER_REQUEST_METRICS" envDefault:"false"`
+	VLLMVersion         string  `env:"VLLM_VERSION" envDefault:"main"`
+	LogFormat           string  `env:"LOG_FORMAT" envDefault:"text"`
 }
 
 func loadConfig(args []string) (config, error) {
@@ -75,6 +78,8 @@ func loadConfig(args []string) (config, error) {
 	fs.Float64Var(&c.SlowDelayS, "slow-delay-s", c.SlowDelayS, "delay of slow requests, simulated seconds")
 	fs.Float64Var(&c.DropShare, "drop-share", c.DropShare, "share of streams whose connection is cut mid-stream (0..1)")
 	fs.BoolVar(&c.PerRequestMetrics, "enable-per-request-metrics", c.PerRequestMetrics, "add a per-request metrics object to responses")
+	fs.StringVar(&c.VLLMVersion, "vllm-version", c.VLLMVersion, "vLLM release whose /metrics and log formats to emit: 0.8-v0 (V0 engine), 0.8, 0.10 or main")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log record format: text (vLLM's default) or json (a JSON formatter through VLLM_LOGGING_CONFIG_PATH)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -85,6 +90,11 @@ func loadConfig(args []string) (config, error) {
 		return c, fmt.Errorf("need --max-num-seqs >= 1, --max-model-len >= 16 and --kv-cache-tokens >= --max-model-len")
 	case c.WrongLanguageShare < 0 || c.WrongLanguageShare > 1 || c.SlowShare < 0 || c.SlowShare > 1 || c.DropShare < 0 || c.DropShare > 1:
 		return c, fmt.Errorf("shares must be within [0, 1]")
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return c, fmt.Errorf("--log-format must be text or json, got %q", c.LogFormat)
+	}
+	if _, err := release.Parse(c.VLLMVersion); err != nil {
+		return c, fmt.Errorf("--vllm-version: %w", err)
 	}
 	return c, nil
 }
@@ -127,6 +137,7 @@ func run(args []string) int {
 	clock := engine.NewClock(cfg.TimeScale)
 	opts := sim.Options{
 		Model: cfg.Model, VocabSize: cfg.VocabSize, Clock: clock, Engine: ecfg, LogWriter: logOut, APIPID: os.Getpid(),
+		Release: release.Release(cfg.VLLMVersion), LogJSON: cfg.LogFormat == "json",
 		Server: simserver.Config{PerRequestMetrics: cfg.PerRequestMetrics, SlowShare: cfg.SlowShare, SlowDelayS: cfg.SlowDelayS, DropShare: cfg.DropShare, Log: log},
 	}
 	if cfg.OTLPEndpoint != "" {

@@ -89,7 +89,7 @@ func TestCrashUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	statsRE := regexp.MustCompile(`^\(APIServer pid=\d+\) INFO \d\d-\d\d \d\d:\d\d:\d\d \[loggers\.py:\d+\] Engine 000: Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: [\d.]+ tokens/s, Running: (\d+) reqs, Waiting: (\d+) reqs, GPU KV cache usage: ([\d.]+)%, Prefix cache hit rate: [\d.]+%$`)
+	statsRE := regexp.MustCompile(`^\(APIServer pid=\d+\) INFO \d\d-\d\d \d\d:\d\d:\d\d \[loggers\.py:\d+\] Engine 000: Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: [\d.]+ tokens/s, Running: (\d+) reqs, Waiting: (\d+) reqs, (?:Preemptions: \d+, )?GPU KV cache usage: ([\d.]+)%, Prefix cache hit rate: [\d.]+%$`)
 	oomRE := regexp.MustCompile(`^\(EngineCore_DP0 pid=\d+\) ERROR \d\d-\d\d \d\d:\d\d:\d\d \[core\.py:\d+\] torch\.OutOfMemoryError: CUDA out of memory\. Tried to allocate ([\d.]+ MiB)\. GPU 0 has a total capacity of 11\.63 GiB of which 84\.88 MiB is free\.`)
 	var lastRunning, stats int
 	var oom string
@@ -122,7 +122,8 @@ func TestCrashUnderLoad(t *testing.T) {
 	}
 	text := strings.Join(lines, "\n")
 	for _, s := range []string{
-		`vllm/v1/sample/sampler.py", line 246, in apply_penalties`,
+		`vllm/model_executor/layers/utils.py", line 94, in apply_penalties`,
+		"Dumping scheduler stats: SchedulerStats(num_running_reqs=193,",
 		"    logits -= frequency_penalties.unsqueeze(dim=1) * output_bin_counts",
 		"EngineCore encountered a fatal error.",
 		"vllm.v1.engine.exceptions.EngineDeadError",

@@ -84,7 +84,7 @@ func TestCollectorEndToEnd(t *testing.T) {
 	}
 	defer pub.Close(context.Background())
 
-	metrics, err := os.ReadFile("../promparse/testdata/vllm_v1_0_11.prom")
+	metrics, err := os.ReadFile("../promparse/testdata/vllm_main.prom")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestCollectorEndToEnd(t *testing.T) {
 		_, _ = w.Write(metrics)
 	}))
 	defer engine.Close()
-	crashLog, err := os.ReadFile("../vllmlog/testdata/v1_0_11_crash.log")
+	crashLog, err := os.ReadFile("../vllmlog/testdata/v0_10_crash.log")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestCollectorEndToEnd(t *testing.T) {
 		t.Fatalf("%d samples", n)
 	}
 	s := got[schema.KindEngineSample][0].(*schema.EngineSample)
-	if !s.Up || s.Engine != "vllm-a" || *s.NumRequestsRunning != 256 || s.Histograms["inter_token_latency_seconds"].Count != 130046 {
+	if !s.Up || s.Engine != "vllm-a" || *s.NumRequestsRunning != 256 || s.Histograms["inter_token_latency_seconds"].Count != 400 {
 		t.Errorf("sample: %+v", s)
 	}
 	spans := got[schema.KindEngineSpan]
@@ -224,7 +224,7 @@ func TestLogLinesSurviveNATSOutage(t *testing.T) {
 	defer pub.Close(context.Background())
 
 	srv.Stop()
-	crashLog, err := os.ReadFile("../vllmlog/testdata/v1_0_11_crash.log")
+	crashLog, err := os.ReadFile("../vllmlog/testdata/v0_10_crash.log")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -283,7 +283,7 @@ func TestSimCrash(t *testing.T) {
 	if want := uint64(simlog.AllocationSize(crash.Info.RequestedBytes)); *oom.OOMBytesRequested != want {
 		t.Errorf("OOM bytes requested %d, want %d (%d running × vocabulary × 4 = %d, as allocated)", *oom.OOMBytesRequested, want, crash.Info.Running, crash.Info.RequestedBytes)
 	}
-	if oom.ExceptionType != "torch.OutOfMemoryError" || len(oom.Frames) == 0 || !strings.HasPrefix(oom.Frames[len(oom.Frames)-1], "vllm/v1/sample/sampler.py:") {
+	if oom.ExceptionType != "torch.OutOfMemoryError" || len(oom.Frames) == 0 || oom.Frames[len(oom.Frames)-1] != "vllm/model_executor/layers/utils.py:apply_penalties" || oom.EngineIndex != "0" {
 		t.Errorf("OOM line: type %q frames %q", oom.ExceptionType, oom.Frames)
 	}
 }

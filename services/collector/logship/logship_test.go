@@ -50,7 +50,7 @@ var clock = func() time.Time { return time.Date(2025, 9, 12, 0, 0, 0, 0, time.UT
 // TestCrashLogStream ships the reference's crash log from a stream and checks what an operator
 // reads from engine_logs after the engine is gone (§5).
 func TestCrashLogStream(t *testing.T) {
-	raw, err := os.ReadFile("../vllmlog/testdata/v1_0_11_crash.log")
+	raw, err := os.ReadFile("../vllmlog/testdata/v0_10_crash.log")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestCrashLogStream(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("line %d out of order: %q", i, got[i])
 		}
-		if e.Running != nil {
+		if e.Running != nil && strings.HasPrefix(e.Message, "Engine 000:") {
 			lastStats = e
 		}
 		if e.OOMBytesRequested != nil {
@@ -79,11 +79,11 @@ func TestCrashLogStream(t *testing.T) {
 			t.Fatalf("line %d: source %q offset %v engine %q", i, e.Source, e.Offset, e.Engine)
 		}
 	}
-	if lastStats == nil || *lastStats.Running != 193 || *lastStats.KVCacheUsagePerc != 0.159 {
+	if lastStats == nil || *lastStats.Running != 193 || *lastStats.KVCacheUsagePerc != 0.159 || lastStats.EngineIndex != "0" {
 		t.Errorf("last stats line: %+v", lastStats)
 	}
 	if oom == nil || *oom.OOMBytesRequested != 112<<20 || oom.ExceptionType != "torch.OutOfMemoryError" ||
-		oom.Frames[len(oom.Frames)-1] != "vllm/v1/sample/sampler.py:apply_penalties" {
+		oom.Frames[len(oom.Frames)-1] != "vllm/model_executor/layers/utils.py:apply_penalties" || oom.EngineIndex != "0" {
 		t.Errorf("OOM line: %+v", oom)
 	}
 	if want := time.Date(2025, 9, 11, 15, 53, 37, 0, time.UTC); !oom.TS.Equal(want) {
@@ -232,7 +232,7 @@ func TestStateSurvivesTornFile(t *testing.T) {
 }
 
 func FuzzStream(f *testing.F) {
-	raw, err := os.ReadFile("../vllmlog/testdata/v1_0_11_crash.log")
+	raw, err := os.ReadFile("../vllmlog/testdata/v0_10_crash.log")
 	if err != nil {
 		f.Fatal(err)
 	}

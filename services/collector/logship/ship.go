@@ -116,6 +116,7 @@ func (s *Shipper) Event(raw []byte, offset int64) *schema.EngineLog {
 	ev.Level = rec.Level
 	ev.Process = schema.Truncate(rec.Process, 256)
 	ev.Logger = schema.Truncate(rec.Logger, 256)
+	ev.EngineIndex = schema.Truncate(rec.EngineIndex, 16)
 	ev.Message = schema.Truncate(rec.Message, maxLineField)
 	if st := rec.Stats; st != nil {
 		ev.PromptThroughputTPS = st.PromptThroughputTPS

@@ -3,19 +3,31 @@
 // the cumulative counters and the cumulative histograms, keyed by vLLM V1 names.
 //
 // Decoding is prometheus/common/expfmt's, in whichever format the response's Content-Type names
-// (Prometheus text 0.0.4, OpenMetrics 1.0, or delimited protobuf).
+// (Prometheus text 0.0.4, OpenMetrics 1.0, or delimited protobuf). vLLM serves /metrics with
+// prometheus_client, which answers OpenMetrics whenever the Accept header names it at all (it
+// ignores q-values): [AcceptHeader] names only the text format. OpenMetrics is rewritten to the
+// text format before parsing, because expfmt's OpenMetrics decoder takes seconds per exposition.
 //
 // Names. Keys are the metric family's name without the "vllm:" prefix (or the "vllm_" prefix of
-// vLLM releases before 0.3), counters ending in "_total". Names of older releases are mapped to
-// their V1 successors (see [LegacyNames]), so one query reads every release; when a server
-// exposes both an old and a new name (vLLM 0.9–0.11 do during deprecation), the new name's value
-// is kept. Families outside vLLM are dropped except the process_* ones (process_start_time_seconds
-// shows a restart). Info-style gauges (names ending in "_info") carry configuration in labels,
-// not values, and are dropped.
+// vLLM releases before 0.3), counters ending in "_total" (OpenMetrics names a counter family
+// without it). Names of older releases are mapped to their V1 successors (see [LegacyNames]), so
+// one query reads every release; when a server exposes both an old and a new name (vLLM 0.9–0.10
+// always, 0.11+ with --show-hidden-metrics-for-version), the new name's value is kept. A name is
+// mapped only when it measures the same thing in the same unit: vLLM 0.8's
+// vllm:gpu_prefix_cache_queries/hits counted KV blocks, not the tokens that
+// vllm:prefix_cache_queries/hits count, so those keep their own name (told apart by the HELP text,
+// which names the unit). Families outside vLLM are dropped except the process_* ones
+// (process_start_time_seconds shows a restart), and so are "_created" series (prometheus_client's
+// creation timestamps) and info-style gauges (names ending in "_info", which carry configuration
+// in labels, not values). Every other vllm: family, known or not, is kept under its own name.
 //
-// Labels. vLLM labels every series with model_name and engine; those two become
-// [EngineMetrics].Model and [EngineMetrics].EngineIndex. Any other label distinguishes series of
-// one family and is kept in the key, Prometheus-style: request_success_total{finished_reason="length"}.
+// Labels. vLLM labels every V1 series with model_name and engine (V0: model_name only); those two
+// become [EngineMetrics].Model and [EngineMetrics].EngineIndex. The pid label that
+// prometheus_client's multiprocess mode adds to gauges declared without a multiprocess_mode (vLLM
+// 0.10's vllm:kv_cache_usage_perc, served by several API server processes) is not a dimension of
+// the engine: the series of all processes are one gauge, and the largest value is kept. Any other
+// label distinguishes series of one family and is kept in the key, Prometheus-style:
+// request_success_total{finished_reason="length"}.
 //
 // Several engines. A data-parallel vLLM server exposes one series per engine core, told apart by
 // the `engine` label (0, 1, ...). Each engine has its own slot limit (max_num_seqs) and its own
@@ -45,6 +57,12 @@ const (
 	KVCacheUsagePerc   = "kv_cache_usage_perc"
 )
 
+// MaxExpositionBytes bounds an exposition read; MaxLineBytes one line of it.
+const (
+	MaxExpositionBytes = 16 << 20
+	MaxLineBytes       = 1 << 20
+)
+
 // MaxKeyBytes is the longest metric key kept (the schema's limit for map keys); a longer key,
 // made by an unexpected label, is dropped rather than truncated into a false name.
 const MaxKeyBytes = 256
@@ -53,36 +71,41 @@ const MaxKeyBytes = 256
 const maxSeries = 1500
 
 // v1Name maps a metric name of an older vLLM release (without prefix) to the V1 name that
-// replaced it. time_per_output_token_seconds was observed once per output token, which is what
-// V1 calls inter_token_latency_seconds (vLLM's own deprecation note says so); the per-request
+// replaced it; help is the family's HELP text. time_per_output_token_seconds was observed once per
+// decode step and request (vllm/v1/metrics/loggers.py, vllm/engine/metrics.py), which is what
+// vLLM 0.11 renamed inter_token_latency_seconds (its deprecation note says so); the per-request
 // request_time_per_output_token_seconds is a different aggregation and has no older name.
-func v1Name(name string) (string, bool) {
+func v1Name(name, help string) (string, bool) {
 	switch name {
 	case "gpu_cache_usage_perc":
 		return KVCacheUsagePerc, true
-	case "gpu_prefix_cache_queries_total":
-		return "prefix_cache_queries_total", true
-	case "gpu_prefix_cache_hits_total":
-		return "prefix_cache_hits_total", true
+	case "gpu_prefix_cache_queries_total", "gpu_prefix_cache_hits_total":
+		if strings.Contains(help, "blocks") {
+			// vLLM 0.8: counted in KV blocks, not comparable with the token counts.
+			return name, false
+		}
+		return "prefix_cache_" + strings.TrimPrefix(name, "gpu_prefix_cache_"), true
 	case "time_per_output_token_seconds":
 		return "inter_token_latency_seconds", true
 	}
 	return name, false
 }
 
-// LegacyNames returns the old-name → V1-name mapping that [Convert] applies.
+// LegacyNames returns the old-name → V1-name mapping that [Convert] applies (the prefix-cache
+// counters only when their HELP text counts tokens).
 func LegacyNames() map[string]string {
 	m := map[string]string{}
 	for _, old := range []string{"gpu_cache_usage_perc", "gpu_prefix_cache_queries_total", "gpu_prefix_cache_hits_total", "time_per_output_token_seconds"} {
-		m[old], _ = v1Name(old)
+		m[old], _ = v1Name(old, "tokens")
 	}
 	return m
 }
 
-// AcceptHeader is the Accept header a scraper should send: Prometheus text first (every vLLM
-// release serves it), OpenMetrics and protobuf understood too.
-const AcceptHeader = `text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,` +
-	`application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.4,*/*;q=0.1`
+// AcceptHeader is the Accept header a scraper should send: the Prometheus text format only.
+// vLLM's prometheus_client answers OpenMetrics as soon as the header names
+// application/openmetrics-text, whatever its q-value, so naming it at all would get OpenMetrics
+// from every vLLM; a server that sends it anyway (or protobuf) is still read (see [Decode]).
+const AcceptHeader = `text/plain;version=0.0.4;q=1,*/*;q=0.1`
 
 // EngineMetrics is what one engine core exposed in one scrape.
 type EngineMetrics struct {
@@ -112,6 +135,13 @@ func Decode(r io.Reader, contentType string) ([]*dto.MetricFamily, error) {
 		} else if mt, _, err := mime.ParseMediaType(contentType); err == nil && mt != "text/plain" {
 			return nil, fmt.Errorf("decode metrics: unsupported content type %q", contentType)
 		}
+	}
+	if format.FormatType() == expfmt.TypeOpenMetrics {
+		text, err := openMetricsToText(io.LimitReader(r, MaxExpositionBytes+1))
+		if err != nil {
+			return nil, fmt.Errorf("decode metrics (%s): %w", format, err)
+		}
+		r, format = text, expfmt.NewFormat(expfmt.TypeTextPlain)
 	}
 	dec := expfmt.NewDecoder(r, format)
 	var fams []*dto.MetricFamily
@@ -143,9 +173,10 @@ func Parse(r io.Reader, contentType string) ([]EngineMetrics, error) {
 
 // CanonicalName returns the key name of a family (without labels): the prefix removed, "_total"
 // added to a counter that lacks it (OpenMetrics names counters without it), and an old name
-// replaced by its V1 successor. kept is false for families that are not kept; legacy is true when
-// the name was an old one.
-func CanonicalName(family string, typ dto.MetricType) (name string, kept, legacy bool) {
+// replaced by its V1 successor (help is the family's HELP text, which tells the unit of the
+// prefix-cache counters). kept is false for families that are not kept; legacy is true when the
+// name was an old one.
+func CanonicalName(family string, typ dto.MetricType, help string) (name string, kept, legacy bool) {
 	switch {
 	case strings.HasPrefix(family, "vllm:"):
 		name = family[len("vllm:"):]
@@ -162,7 +193,7 @@ func CanonicalName(family string, typ dto.MetricType) (name string, kept, legacy
 	if typ == dto.MetricType_COUNTER && !strings.HasSuffix(name, "_total") {
 		name += "_total"
 	}
-	name, legacy = v1Name(name)
+	name, legacy = v1Name(name, help)
 	return name, true, legacy
 }
 
@@ -189,10 +220,13 @@ func Convert(fams []*dto.MetricFamily) []EngineMetrics {
 		return em
 	}
 	for _, mf := range fams {
-		name, kept, legacy := CanonicalName(mf.GetName(), mf.GetType())
+		name, kept, legacy := CanonicalName(mf.GetName(), mf.GetType(), mf.GetHelp())
 		if !kept {
 			continue
 		}
+		// inFamily marks the keys this family already set, so the per-process series of one
+		// multiprocess gauge (told apart only by pid) fold into one value.
+		inFamily := map[string]bool{}
 		for _, m := range mf.GetMetric() {
 			idx, model, extra := splitLabels(m.GetLabel())
 			em := get(idx)
@@ -213,8 +247,16 @@ func Convert(fams []*dto.MetricFamily) []EngineMetrics {
 			if len(em.Gauges)+len(em.Counters)+len(em.Histograms) >= maxSeries && !hasKey(em, key) {
 				continue
 			}
-			if put(em, mf.GetType(), key, m) && legacy {
-				seen[key] = true
+			fk := idx + "\x00" + key
+			if inFamily[fk] {
+				foldGauge(em, mf.GetType(), key, m)
+				continue
+			}
+			if put(em, mf.GetType(), key, m) {
+				inFamily[fk] = true
+				if legacy {
+					seen[key] = true
+				}
 			}
 		}
 	}
@@ -259,6 +301,27 @@ func put(em *EngineMetrics, typ dto.MetricType, key string, m *dto.Metric) bool 
 	}
 	// Summaries: vLLM exposes none; their quantiles have no place in a cumulative column.
 	return false
+}
+
+// foldGauge merges another process's series of a gauge already stored under key: the largest
+// value is kept (a multiprocess "all" gauge has one series per process and no way to tell the
+// most recent one). Other types never repeat a key within a family.
+func foldGauge(em *EngineMetrics, typ dto.MetricType, key string, m *dto.Metric) {
+	var v float64
+	switch typ {
+	case dto.MetricType_GAUGE:
+		v = m.GetGauge().GetValue()
+	case dto.MetricType_UNTYPED:
+		v = m.GetUntyped().GetValue()
+	default:
+		return
+	}
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return
+	}
+	if old, ok := em.Gauges[key]; !ok || v > old {
+		em.Gauges[key] = v
+	}
 }
 
 func putFloat(dst map[string]float64, key string, v float64) bool {
@@ -306,7 +369,7 @@ func histogram(h *dto.Histogram) (schema.Histogram, bool) {
 }
 
 // splitLabels separates vLLM's engine and model_name labels from the distinguishing ones, which
-// it renders sorted as {a="x",b="y"}.
+// it renders sorted as {a="x",b="y"}; prometheus_client's multiprocess pid label is dropped.
 func splitLabels(labels []*dto.LabelPair) (engine, model, extra string) {
 	var rest []*dto.LabelPair
 	for _, l := range labels {
@@ -315,6 +378,7 @@ func splitLabels(labels []*dto.LabelPair) (engine, model, extra string) {
 			engine = l.GetValue()
 		case "model_name":
 			model = l.GetValue()
+		case "pid":
 		default:
 			rest = append(rest, l)
 		}

@@ -33,21 +33,24 @@ func parseFile(t *testing.T, name, contentType string) []EngineMetrics {
 	return ems
 }
 
-// TestGolden compares the whole conversion of each exposition with its reviewed golden JSON.
+// goldenExpositions are vLLM /metrics responses rendered by prometheus_client from the metric
+// definitions of each vLLM release (see testdata/README.md), in both text formats.
+var goldenExpositions = []string{
+	"vllm_v0_8_v0engine", "vllm_v0_8", "vllm_v0_10", "vllm_main", "vllm_main_hidden_0_11", "vllm_main_dp2",
+}
+
+// TestGolden compares the whole conversion of each exposition with its reviewed golden JSON, and
+// checks that the OpenMetrics rendering of the same registry converts to exactly the same values
+// as the Prometheus text rendering.
 func TestGolden(t *testing.T) {
-	for _, tc := range []struct{ file, contentType string }{
-		{"vllm_v1_0_11.prom", textType},
-		{"vllm_v0_0_6.prom", textType},
-		{"vllm_v1_dp2.prom", textType},
-		{"vllm_0_1_aioprometheus.prom", ""},
-		{"vllm_v1_openmetrics.om", omType},
-	} {
-		t.Run(tc.file, func(t *testing.T) {
-			got, err := json.MarshalIndent(parseFile(t, tc.file, tc.contentType), "", "  ")
+	for _, name := range append(goldenExpositions, "vllm_v0_10_multiproc") {
+		t.Run(name, func(t *testing.T) {
+			text := parseFile(t, name+".prom", textType)
+			got, err := json.MarshalIndent(text, "", "  ")
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden := filepath.Join("testdata", strings.TrimSuffix(tc.file, filepath.Ext(tc.file))+".golden.json")
+			golden := filepath.Join("testdata", name+".golden.json")
 			if *update {
 				if err := os.WriteFile(golden, append(got, '\n'), 0o644); err != nil {
 					t.Fatal(err)
@@ -58,7 +61,17 @@ func TestGolden(t *testing.T) {
 				t.Fatalf("read golden (run with -update to create): %v", err)
 			}
 			if string(bytes.TrimSpace(want)) != string(got) {
-				t.Errorf("conversion of %s differs from %s:\n%s", tc.file, golden, got)
+				t.Errorf("conversion of %s differs from %s:\n%s", name, golden, got)
+			}
+			if _, err := os.Stat(filepath.Join("testdata", name+".om")); err != nil {
+				return
+			}
+			om, err := json.MarshalIndent(parseFile(t, name+".om", omType), "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(om) != string(got) {
+				t.Errorf("OpenMetrics conversion of %s differs from the text one:\n%s", name, om)
 			}
 		})
 	}
@@ -66,71 +79,76 @@ func TestGolden(t *testing.T) {
 
 // TestMapping checks the facts the golden files encode, so a wrong golden file cannot pass.
 func TestMapping(t *testing.T) {
+	const qwen = "Qwen/Qwen2.5-7B-Instruct-AWQ"
 	tests := []struct {
-		name, file, contentType string
-		engines                 int
-		idx                     int
-		model                   string
-		running, waiting, kv    *float64
-		gauges, counters        map[string]float64
-		histSum                 map[string]float64
-		absent                  []string
+		name, file           string
+		engines              int
+		idx                  int
+		engineIndex, model   string
+		running, waiting, kv *float64
+		gauges, counters     map[string]float64
+		histCount            map[string]float64
+		absent               []string
 	}{
 		{
-			name: "V1 0.11 keeps the new names over deprecated ones", file: "vllm_v1_0_11.prom", contentType: textType,
-			engines: 1, model: "Qwen/Qwen2.5-7B-Instruct-AWQ",
-			running: ptr(256), waiting: ptr(44), kv: ptr(0.28),
-			gauges: map[string]float64{"process_resident_memory_bytes": 2.1474836e+09, "process_start_time_seconds": 1.76483e+09},
+			name: "V0 engine (vLLM 0.8 with VLLM_USE_V1=0): no engine label, old names mapped", file: "vllm_v0_8_v0engine.prom",
+			engines: 1, model: qwen, running: ptr(193), waiting: ptr(7), kv: ptr(0.994),
+			gauges:    map[string]float64{"num_requests_swapped": 3, "cpu_cache_usage_perc": 0.025, "gpu_prefix_cache_hit_rate": 0.1234, "cpu_prefix_cache_hit_rate": -1},
+			counters:  map[string]float64{"num_preemptions_total": 12, `request_success_total{finished_reason="length"}`: 30, `request_success_total{finished_reason="stop"}`: 10},
+			histCount: map[string]float64{"inter_token_latency_seconds": 400, "e2e_request_latency_seconds": 40, "time_to_first_token_seconds": 40},
+			absent:    []string{"gpu_cache_usage_perc", "time_per_output_token_seconds"},
+		},
+		{
+			name: "V1 0.8: gpu_cache_usage_perc is the KV gauge; prefix-cache counters in blocks keep their name", file: "vllm_v0_8.prom",
+			engines: 1, engineIndex: "0", model: qwen, running: ptr(256), waiting: ptr(44), kv: ptr(0.28),
 			counters: map[string]float64{
-				`request_success_total{finished_reason="length"}`: 1024,
-				`request_success_total{finished_reason="abort"}`:  2,
-				"prompt_tokens_total":                             45120,
-				"prefix_cache_hits_total":                         30080,
+				"gpu_prefix_cache_queries_total": 120, "gpu_prefix_cache_hits_total": 110, "num_preemptions_total": 0,
+				"prompt_tokens_total": 1760, `request_success_total{finished_reason="abort"}`: 0,
 			},
-			histSum: map[string]float64{
-				"inter_token_latency_seconds":           19116.762,
-				"request_time_per_output_token_seconds": 150.822,
-				"time_to_first_token_seconds":           875.178,
-				"request_queue_time_seconds":            484.272,
-			},
-			absent: []string{"gpu_cache_usage_perc", "time_per_output_token_seconds", "cache_config_info", "python_gc_objects_collected_total{generation=\"0\"}"},
+			histCount: map[string]float64{"inter_token_latency_seconds": 400, "request_queue_time_seconds": 40},
+			absent:    []string{"prefix_cache_queries_total", "prefix_cache_hits_total", "time_per_output_token_seconds", "cache_config_info", "request_time_per_output_token_seconds"},
 		},
 		{
-			name: "V0 0.6 old names mapped", file: "vllm_v0_0_6.prom", contentType: textType,
-			engines: 1, model: "meta-llama/Llama-2-7b-hf",
-			running: ptr(193), waiting: ptr(7), kv: ptr(0.159),
-			gauges:   map[string]float64{"num_requests_swapped": 3, "cpu_cache_usage_perc": 0, "gpu_prefix_cache_hit_rate": -1, "avg_generation_throughput_toks_per_s": 1650.5},
-			counters: map[string]float64{"num_preemptions_total": 12, `request_success_total{finished_reason="length"}`: 193},
-			histSum:  map[string]float64{"inter_token_latency_seconds": 392.176, "e2e_request_latency_seconds": 399.51},
-			absent:   []string{"gpu_cache_usage_perc", "time_per_output_token_seconds"},
+			name: "V1 0.10: both KV names and both prefix-cache names (tokens), the new ones kept", file: "vllm_v0_10.prom",
+			engines: 1, engineIndex: "0", model: qwen, running: ptr(256), waiting: ptr(44), kv: ptr(0.28),
+			counters:  map[string]float64{"prefix_cache_queries_total": 1760, "prefix_cache_hits_total": 1408},
+			histCount: map[string]float64{"inter_token_latency_seconds": 400},
+			absent:    []string{"gpu_cache_usage_perc", "gpu_prefix_cache_queries_total", "gpu_prefix_cache_hits_total", "time_per_output_token_seconds"},
 		},
 		{
-			name: "data parallel: one entry per engine label", file: "vllm_v1_dp2.prom", contentType: textType,
-			engines: 2, idx: 1, model: "m", running: ptr(9), waiting: ptr(2), kv: ptr(0.02),
-			counters: map[string]float64{`request_success_total{finished_reason="stop"}`: 7},
+			name: "main: inter-token and per-request TPOT histograms, unknown families kept", file: "vllm_main.prom",
+			engines: 1, engineIndex: "0", model: qwen, running: ptr(256), waiting: ptr(44), kv: ptr(0.28),
+			gauges:    map[string]float64{`engine_sleep_state{sleep_state="awake"}`: 1, `engine_sleep_state{sleep_state="discard_all"}`: 0},
+			counters:  map[string]float64{"external_prefix_cache_queries_total": 0, "mm_cache_hits_total": 0, `request_success_total{finished_reason="length"}`: 30},
+			histCount: map[string]float64{"inter_token_latency_seconds": 400, "request_time_per_output_token_seconds": 40, "iteration_tokens_total": 4},
+			absent:    []string{"time_per_output_token_seconds", "prompt_tokens_created", "cache_config_info"},
 		},
 		{
-			name: "pre-0.3 aioprometheus names", file: "vllm_0_1_aioprometheus.prom",
-			engines: 1, running: ptr(4), waiting: ptr(0), kv: ptr(0.041),
-			counters: map[string]float64{"prompt_tokens_total": 1234},
+			name: "main with --show-hidden-metrics-for-version=0.11: the hidden duplicate is dropped", file: "vllm_main_hidden_0_11.prom",
+			engines: 1, engineIndex: "0", model: qwen, running: ptr(256), waiting: ptr(44), kv: ptr(0.28),
+			histCount: map[string]float64{"inter_token_latency_seconds": 400},
+			absent:    []string{"time_per_output_token_seconds"},
 		},
 		{
-			name: "OpenMetrics counter without _total, _created dropped", file: "vllm_v1_openmetrics.om", contentType: omType,
-			engines: 1, model: "m", running: ptr(3), kv: ptr(0.005),
-			counters: map[string]float64{"generation_tokens_total": 384},
-			histSum:  map[string]float64{"request_queue_time_seconds": 0},
-			absent:   []string{"generation_tokens_created", "request_queue_time_seconds_created"},
+			name: "main, data parallel: one entry per engine label", file: "vllm_main_dp2.prom",
+			engines: 2, idx: 1, engineIndex: "1", model: qwen, running: ptr(9), waiting: ptr(2), kv: ptr(0.02),
+			counters: map[string]float64{`request_success_total{finished_reason="stop"}`: 10},
+		},
+		{
+			name: "0.10 behind several API server processes: pid folded, counters summed by prometheus_client", file: "vllm_v0_10_multiproc.prom",
+			engines: 1, engineIndex: "0", model: qwen, running: ptr(256), kv: ptr(0.28),
+			counters: map[string]float64{"prompt_tokens_total": 1760},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ems := parseFile(t, tc.file, tc.contentType)
+			ems := parseFile(t, tc.file, textType)
 			if len(ems) != tc.engines {
 				t.Fatalf("got %d engines, want %d", len(ems), tc.engines)
 			}
 			em := ems[tc.idx]
-			if em.Model != tc.model {
-				t.Errorf("model %q, want %q", em.Model, tc.model)
+			if em.Model != tc.model || em.EngineIndex != tc.engineIndex {
+				t.Errorf("model %q engine %q, want %q %q", em.Model, em.EngineIndex, tc.model, tc.engineIndex)
 			}
 			for _, f := range []struct {
 				name      string
@@ -153,10 +171,10 @@ func TestMapping(t *testing.T) {
 					t.Errorf("counter %s = %g (present %v), want %g", k, got, ok, v)
 				}
 			}
-			for k, v := range tc.histSum {
+			for k, v := range tc.histCount {
 				h, ok := em.Histograms[k]
-				if !ok || h.Sum != v {
-					t.Errorf("histogram %s sum = %g (present %v), want %g", k, h.Sum, ok, v)
+				if !ok || h.Count != v {
+					t.Errorf("histogram %s count = %g (present %v), want %g", k, h.Count, ok, v)
 					continue
 				}
 				last := h.Buckets[len(h.Buckets)-1]
@@ -174,7 +192,37 @@ func TestMapping(t *testing.T) {
 					t.Errorf("%s should not be kept", k)
 				}
 			}
+			for k := range em.Gauges {
+				if strings.Contains(k, "pid=") {
+					t.Errorf("gauge key %q keeps the multiprocess pid label", k)
+				}
+			}
 		})
+	}
+}
+
+// TestKVGaugeIsAFraction: every release exposes KV cache usage as a fraction (1 = 100 %), the
+// same unit whichever name carried it; none of the golden expositions may yield a value above 1.
+func TestKVGaugeIsAFraction(t *testing.T) {
+	for _, name := range goldenExpositions {
+		for _, em := range parseFile(t, name+".prom", textType) {
+			if em.KVCacheUsagePerc == nil || *em.KVCacheUsagePerc < 0 || *em.KVCacheUsagePerc > 1 {
+				t.Errorf("%s engine %q: kv_cache_usage_perc %v, want a fraction 0..1", name, em.EngineIndex, em.KVCacheUsagePerc)
+			}
+		}
+	}
+}
+
+// TestPre03Prefix: vLLM before 0.3 named its families vllm_* (aioprometheus); they map the same way.
+func TestPre03Prefix(t *testing.T) {
+	text := "# TYPE vllm_num_requests_running gauge\nvllm_num_requests_running{model_name=\"m\"} 4\n" +
+		"# TYPE vllm_gpu_cache_usage_perc gauge\nvllm_gpu_cache_usage_perc{model_name=\"m\"} 0.041\n"
+	ems, err := Parse(strings.NewReader(text), textType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ems) != 1 || *ems[0].Running != 4 || *ems[0].KVCacheUsagePerc != 0.041 || ems[0].Model != "m" {
+		t.Errorf("got %+v", ems)
 	}
 }
 
@@ -270,7 +318,7 @@ func FuzzParse(f *testing.F) {
 // BenchmarkParse measures one scrape's parse of a V1 exposition (the collector does this once
 // per target per interval).
 func BenchmarkParse(b *testing.B) {
-	body, err := os.ReadFile(filepath.Join("testdata", "vllm_v1_0_11.prom"))
+	body, err := os.ReadFile(filepath.Join("testdata", "vllm_main.prom"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -34,22 +34,36 @@ func (c *collected) all() []*schema.EngineSample {
 	return append([]*schema.EngineSample(nil), c.events...)
 }
 
+// serveFile serves a golden exposition the way vLLM's prometheus_client does: OpenMetrics when
+// the request's Accept header names application/openmetrics-text (q-values are ignored), the
+// Prometheus text format otherwise. name is the file's base name under promparse's testdata.
 func serveFile(t *testing.T, name string) *httptest.Server {
+	return serveFileAs(t, name, false)
+}
+
+// serveFileAs is serveFile, or with forceOM a server that answers OpenMetrics whatever is asked.
+func serveFileAs(t *testing.T, name string, forceOM bool) *httptest.Server {
 	t.Helper()
-	body, err := os.ReadFile("../promparse/testdata/" + name)
+	text, err := os.ReadFile("../promparse/testdata/" + name + ".prom")
 	if err != nil {
 		t.Fatal(err)
 	}
+	om, omErr := os.ReadFile("../promparse/testdata/" + name + ".om")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if omErr == nil && (forceOM || strings.Contains(r.Header.Get("Accept"), "application/openmetrics-text")) {
+			w.Header().Set("Content-Type", "application/openmetrics-text; version=1.0.0; charset=utf-8")
+			_, _ = w.Write(om)
+			return
+		}
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		_, _ = w.Write(body)
+		_, _ = w.Write(text)
 	}))
 	t.Cleanup(srv.Close)
 	return srv
 }
 
 func TestScrapeOK(t *testing.T) {
-	srv := serveFile(t, "vllm_v1_0_11.prom")
+	srv := serveFile(t, "vllm_main")
 	s, err := New(nil, &collected{}, Config{Interval: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -68,8 +82,11 @@ func TestScrapeOK(t *testing.T) {
 	if *e.NumRequestsRunning != 256 || *e.NumRequestsWaiting != 44 || *e.KVCacheUsagePerc != 0.28 {
 		t.Errorf("running %v waiting %v kv %v", *e.NumRequestsRunning, *e.NumRequestsWaiting, *e.KVCacheUsagePerc)
 	}
-	if h := e.Histograms["request_queue_time_seconds"]; h.Count != 1026 || h.Sum != 484.272 {
+	if h := e.Histograms["request_queue_time_seconds"]; h.Count != 40 || h.Sum <= 20 || h.Sum >= 80 {
 		t.Errorf("queue histogram %+v", h)
+	}
+	if h := e.Histograms["inter_token_latency_seconds"]; h.Count != 400 {
+		t.Errorf("inter-token histogram %+v", h)
 	}
 	if e.ScrapeDurationS == nil || *e.ScrapeDurationS <= 0 {
 		t.Errorf("scrape duration %v", e.ScrapeDurationS)
@@ -77,7 +94,7 @@ func TestScrapeOK(t *testing.T) {
 }
 
 func TestScrapeDataParallel(t *testing.T) {
-	srv := serveFile(t, "vllm_v1_dp2.prom")
+	srv := serveFile(t, "vllm_main_dp2")
 	s, _ := New(nil, &collected{}, Config{})
 	evs := s.Scrape(context.Background(), Target{URL: srv.URL})
 	if len(evs) != 2 || evs[0].Engine != srv.URL+"#0" || evs[1].Engine != srv.URL+"#1" {
@@ -85,6 +102,58 @@ func TestScrapeDataParallel(t *testing.T) {
 	}
 	if *evs[1].NumRequestsRunning != 9 {
 		t.Errorf("engine 1 running %v", *evs[1].NumRequestsRunning)
+	}
+}
+
+// TestScrapeEveryRelease scrapes each release's exposition as vLLM serves it (the scraper's
+// Accept header gets the text format from prometheus_client) and from a server that answers
+// OpenMetrics whatever is asked, and checks both give the same headline values.
+func TestScrapeEveryRelease(t *testing.T) {
+	for _, name := range []string{"vllm_v0_8_v0engine", "vllm_v0_8", "vllm_v0_10", "vllm_main"} {
+		t.Run(name, func(t *testing.T) {
+			var got []*schema.EngineSample
+			for _, forceOM := range []bool{false, true} {
+				srv := serveFileAs(t, name, forceOM)
+				s, _ := New(nil, &collected{}, Config{})
+				evs := s.Scrape(context.Background(), Target{URL: srv.URL, Engine: "e"})
+				if len(evs) != 1 || !evs[0].Up {
+					t.Fatalf("forceOM %v: samples %+v", forceOM, evs)
+				}
+				got = append(got, evs[0])
+			}
+			for _, e := range got {
+				if e.NumRequestsRunning == nil || e.NumRequestsWaiting == nil || e.KVCacheUsagePerc == nil ||
+					*e.KVCacheUsagePerc > 1 || e.Histograms["inter_token_latency_seconds"].Count == 0 {
+					t.Errorf("sample %+v", e)
+				}
+				if _, ok := e.Gauges["kv_cache_usage_perc"]; ok {
+					t.Error("the KV gauge was left among the other gauges")
+				}
+			}
+			if *got[0].NumRequestsRunning != *got[1].NumRequestsRunning || *got[0].KVCacheUsagePerc != *got[1].KVCacheUsagePerc ||
+				len(got[0].Counters) != len(got[1].Counters) || len(got[0].Histograms) != len(got[1].Histograms) {
+				t.Errorf("text and OpenMetrics scrapes differ:\n%+v\n%+v", got[0], got[1])
+			}
+		})
+	}
+}
+
+// TestAcceptHeaderGetsText: the scraper's Accept header must not name OpenMetrics, or vLLM's
+// prometheus_client answers it.
+func TestAcceptHeaderGetsText(t *testing.T) {
+	var accept string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		accept = r.Header.Get("Accept")
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = w.Write([]byte("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n"))
+	}))
+	defer srv.Close()
+	s, _ := New(nil, &collected{}, Config{})
+	if evs := s.Scrape(context.Background(), Target{URL: srv.URL}); len(evs) != 1 || !evs[0].Up {
+		t.Fatalf("samples %+v", evs)
+	}
+	if strings.Contains(accept, "openmetrics") {
+		t.Errorf("Accept %q names OpenMetrics", accept)
 	}
 }
 
@@ -138,28 +207,41 @@ func TestScrapeFailures(t *testing.T) {
 }
 
 // TestRunLoop runs two targets at a 50 ms interval, one up and one down, and checks that both keep
-// being sampled.
+// being sampled. It waits for the samples rather than for a fixed time, so a loaded machine only
+// makes it slower.
 func TestRunLoop(t *testing.T) {
-	up := serveFile(t, "vllm_v0_0_6.prom")
+	up := serveFile(t, "vllm_v0_8_v0engine")
 	c := &collected{}
 	s, err := New([]Target{{URL: up.URL, Engine: "up"}, {URL: "http://127.0.0.1:1/metrics", Engine: "down"}}, c, Config{Interval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
-	defer cancel()
-	if err := s.Run(ctx); err != nil {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	count := map[string]int{}
+	deadline := time.Now().Add(60 * time.Second)
+	for count["up"] < 5 || count["down"] < 5 {
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+		count = map[string]int{}
+		for _, e := range c.all() {
+			count[e.Engine]++
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	count := map[string]int{}
 	for _, e := range c.all() {
 		if e.Up != (e.Engine == "up") {
 			t.Errorf("sample of %s has up=%v", e.Engine, e.Up)
 		}
-		count[e.Engine]++
 	}
 	if count["up"] < 5 || count["down"] < 5 {
-		t.Errorf("samples per target %v, want at least 5 each in 600 ms at 50 ms", count)
+		t.Errorf("samples per target %v, want at least 5 each", count)
 	}
 }
 

@@ -45,7 +45,9 @@ func (p *Parser) Parse(raw string) Record {
 	}
 	msg := strings.TrimSpace(r.Message)
 	switch {
-	case strings.HasPrefix(msg, "Traceback (most recent call last)"):
+	case strings.HasSuffix(msg, "Traceback (most recent call last):"):
+		// vLLM 0.8.0–0.8.4 logged "EngineCore hit an exception: Traceback (most recent call
+		// last):" as one record's first line; later releases log the traceback on its own line.
 		p.open[r.Process] = true
 		p.frames[r.Process] = p.frames[r.Process][:0]
 	case r.Frame != "":

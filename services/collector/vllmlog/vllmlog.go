@@ -1,34 +1,52 @@
 // Package vllmlog reads vLLM's log lines: the prefix every line carries, the periodic stats line
-// (throughput, running, waiting, KV cache usage, prefix cache hit rate) and error lines (exception
-// type, CUDA out-of-memory sizes, the innermost frames of the traceback that ended in them).
+// (throughput, running, waiting, KV cache usage, prefix cache hit rate), the scheduler state vLLM
+// dumps when a model step fails, and error lines (exception type, CUDA out-of-memory sizes, the
+// innermost frames of the traceback that ended in them).
 //
-// Formats understood, as vLLM's logger (vllm/logger.py) writes them:
+// Formats understood, as vLLM's logger (vllm/logger.py, vllm/logging_utils/formatter.py) writes
+// them under each logging option:
 //
 //	INFO 09-11 15:53:12 [loggers.py:123] Engine 000: Avg prompt throughput: ...   (V1, 0.8+)
 //	(APIServer pid=1) INFO 09-11 15:53:12 [loggers.py:123] ...                     (0.10+ process prefix)
-//	INFO 05-08 10:02:01 metrics.py:351] Avg prompt throughput: ... Pending: ...    (V0, 0.4–0.7)
+//	INFO 05-08 10:02:01 metrics.py:351] Avg prompt throughput: ... Pending: ...    (V0 before 0.7)
+//	DEBUG 09-11 15:53:12 [v1/engine/core.py:200] ...                               (VLLM_LOGGING_LEVEL=DEBUG: path)
+//	myhost INFO 09-11 15:53:12 [loggers.py:123] ...                                (VLLM_LOGGING_PREFIX="myhost ")
+//	INFO:vllm.v1.metrics.loggers:Engine 000: ...                                   (VLLM_CONFIGURE_LOGGING=0 + basicConfig)
+//	{"asctime": ..., "levelname": "INFO", "message": "Engine 000: ...", ...}      (JSON formatter, VLLM_LOGGING_CONFIG_PATH)
 //
-// plus ANSI colours (vLLM's ColoredFormatter), a leading RFC 3339 timestamp (`docker logs -t`),
-// a trailing "\r" (vLLM's NewLineFormatter joins multi-line messages with "\r\n" and the prefix),
-// and lines without any prefix (a traceback Python prints to stderr itself).
+// plus ANSI colours (vLLM's ColoredFormatter and its cyan process prefix), a leading RFC 3339
+// timestamp (`docker logs -t`), a trailing "\r" (vLLM's NewLineFormatter joins the lines of a
+// multi-line record with "\r\n" and repeats the prefix on each), and lines without any prefix (a
+// traceback Python prints to stderr itself). A line in none of these shapes is still a record:
+// its text is the message, nothing is parsed out of it, and nothing is dropped.
 //
 // The stats line (vllm/v1/metrics/loggers.py, V0's vllm/engine/metrics.py) is read as
-// "Key: value" pairs separated by ", ", so fields added by later releases do not break it.
-// Percentages become fractions: the printed "GPU KV cache usage: 15.9%" is 0.159, the same unit
-// as the vllm:kv_cache_usage_perc gauge.
+// "Key: value" pairs separated by ", ", so fields added by later releases (main's "Preemptions: N",
+// "External prefix cache hit rate", "MM cache hit rate") do not break it. Percentages become
+// fractions: the printed "GPU KV cache usage: 15.9%" is 0.159, the same unit as the
+// vllm:kv_cache_usage_perc gauge.
 package vllmlog
 
 import (
+	"encoding/json"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// Stats is what a periodic stats line says; a nil field was not on the line.
+// Stats is what a periodic stats line (or the scheduler state dumped at a failed step) says; a
+// nil field was not on the line.
 type Stats struct {
-	// EngineIndex is the "Engine 000" index of V1 lines; empty on V0 lines.
+	// EngineIndex is the engine the line is about, as vLLM's `engine` metric label spells it
+	// ("0" for V1's "Engine 000:"); empty on V0 lines and on lines that aggregate several engines.
 	EngineIndex string
+	// AggregatedEngines is N for main's "N Engines Aggregated:" lines (--aggregate-engine-logging):
+	// Running and Waiting are then sums over N engines and the KV usage their mean.
+	AggregatedEngines int
+	// FromSchedulerDump is true for vLLM's "Dumping scheduler stats: SchedulerStats(...)" line,
+	// printed when a model step raised: the scheduler's state at the failing step.
+	FromSchedulerDump bool
 	// PromptThroughputTPS and GenerationThroughputTPS are "Avg prompt/generation throughput",
 	// tokens per second over the logging interval.
 	PromptThroughputTPS     *float64
@@ -38,6 +56,8 @@ type Stats struct {
 	Waiting *uint32
 	// Swapped is V0's "Swapped: N reqs".
 	Swapped *uint32
+	// Preemptions is main's "Preemptions: N", printed only when the interval had any.
+	Preemptions *uint32
 	// KVCacheUsagePerc is "GPU KV cache usage" as a fraction 0..1.
 	KVCacheUsagePerc *float64
 	// PrefixCacheHitRate is "Prefix cache hit rate" (V0: its GPU value) as a fraction 0..1.
@@ -62,8 +82,15 @@ type Record struct {
 	Level string
 	// Process is the process prefix without parentheses, e.g. "EngineCore_DP0 pid=233".
 	Process string
-	// Logger is the "file:line" of the prefix, e.g. "loggers.py:123" or "v1/engine/core.py:700".
+	// Prefix is VLLM_LOGGING_PREFIX's text before the level, if the line has one.
+	Prefix string
+	// Logger is the "file:line" of the prefix, e.g. "loggers.py:123" or "v1/engine/core.py:700"
+	// (with VLLM_LOGGING_CONFIG_PATH or basicConfig: the logger name, e.g. "vllm.v1.metrics.loggers").
 	Logger string
+	// EngineIndex is the engine the line is about, as the `engine` metric label spells it: the
+	// stats line's "Engine 001:", else the engine-core process's data-parallel rank
+	// ("EngineCore_DP1 pid=..." is 1; a lone "EngineCore" is 0); empty when neither tells.
+	EngineIndex string
 	// Message is the line after its prefix, colours and trailing "\r" removed.
 	Message string
 	// Stats is set for a stats line.
@@ -73,8 +100,11 @@ type Record struct {
 	// OOM is set when the line carries any CUDA out-of-memory size.
 	OOM *OOM
 	// Frames are the innermost frames of the traceback this exception line ends, innermost last
-	// ("vllm/v1/sample/sampler.py:apply_penalties"); set only on exception lines.
+	// ("vllm/model_executor/layers/utils.py:apply_penalties"); set only on exception lines.
 	Frames []string
+	// CodeLine is the source line Python printed under the innermost frame, when the record
+	// carried its traceback itself (a JSON record's exc_info).
+	CodeLine string
 	// Frame is set when the line itself is a traceback frame ("  File ..., line N, in f").
 	Frame string
 }
@@ -84,12 +114,24 @@ var (
 	dockerTSRE = regexp.MustCompile(`^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})) `)
 	processRE  = regexp.MustCompile(`^\(([^()]{1,200})\)\s+`)
 	uvicornRE  = regexp.MustCompile(`^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+`)
-	prefixRE   = regexp.MustCompile(`^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(\d{2})-(\d{2})\s+(\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\s+\[?([^\s\]]+:\d+)\]\s?`)
-	frameRE    = regexp.MustCompile(`^\s*File "([^"]+)", line (\d+), in (\S+)`)
-	excRE      = regexp.MustCompile(`^((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|Fault))(?::\s|:$|$)`)
-	engineRE   = regexp.MustCompile(`^Engine (\d+): `)
-	numberRE   = regexp.MustCompile(`[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?`)
-	sizeREs    = map[string]*regexp.Regexp{
+	// prefixRE is vllm/logger.py's "%(levelname)s %(asctime)s [%(fileinfo)s:%(lineno)d] "; it may
+	// follow VLLM_LOGGING_PREFIX's text, so it is searched within the line's first bytes.
+	prefixRE = regexp.MustCompile(`(?:^|\s)(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(\d{2})-(\d{2})\s+(\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\s+\[?([^\s\]]+:\d+)\]\s?`)
+	// basicRE is Python's logging.basicConfig format "%(levelname)s:%(name)s:%(message)s", what a
+	// vLLM started with VLLM_CONFIGURE_LOGGING=0 inside an application that calls basicConfig prints.
+	basicRE      = regexp.MustCompile(`^(DEBUG|INFO|WARNING|ERROR|CRITICAL):([A-Za-z_][\w.]*):`)
+	engineCoreRE = regexp.MustCompile(`^EngineCore(?:_(?:DP)?(\d+))?(?:\s|$)`)
+	dumpRE       = map[string]*regexp.Regexp{
+		"running": regexp.MustCompile(`\bnum_running_reqs=(\d+)`),
+		"waiting": regexp.MustCompile(`\bnum_waiting_reqs=(\d+)`),
+		"kv":      regexp.MustCompile(`\b(?:kv_cache_usage|gpu_cache_usage)=([0-9.eE+-]+)`),
+	}
+	frameRE  = regexp.MustCompile(`^\s*File "([^"]+)", line (\d+), in (\S+)`)
+	excRE    = regexp.MustCompile(`^((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|Fault))(?::\s|:$|$)`)
+	engineRE = regexp.MustCompile(`^Engine (\d+): `)
+	aggRE    = regexp.MustCompile(`^(\d+) Engines Aggregated: `)
+	numberRE = regexp.MustCompile(`[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?`)
+	sizeREs  = map[string]*regexp.Regexp{
 		"requested": regexp.MustCompile(`Tried to allocate (\d+(?:\.\d+)?) ?(bytes|[KMGTP]i?B|B)`),
 		"total":     regexp.MustCompile(`total capacity of (\d+(?:\.\d+)?) ?(bytes|[KMGTP]i?B|B)|(\d+(?:\.\d+)?) ?(bytes|[KMGTP]i?B|B) total capacity`),
 		"free":      regexp.MustCompile(`of which (\d+(?:\.\d+)?) ?(bytes|[KMGTP]i?B|B) is free|(\d+(?:\.\d+)?) ?(bytes|[KMGTP]i?B|B) free`),
@@ -112,19 +154,43 @@ func ParseLine(raw string, now time.Time, loc *time.Location) Record {
 		}
 		s = s[len(m[0]):]
 	}
-	if m := processRE.FindStringSubmatch(s); m != nil && strings.Contains(m[1], "pid=") {
+	// A worker's output passes through its engine core's stream too, so prefixes nest:
+	// "(EngineCore_0 pid=675221) (VllmWorker TP0 pid=675227) INFO ...". The writer is the
+	// innermost; the engine it belongs to is the engine-core one.
+	outer := ""
+	for {
+		m := processRE.FindStringSubmatch(s)
+		if m == nil || !strings.Contains(m[1], "pid=") {
+			break
+		}
+		if outer == "" || EngineIndexOfProcess(outer) == "" {
+			outer = m[1]
+		}
 		r.Process = m[1]
 		s = s[len(m[0]):]
 	}
-	if m := prefixRE.FindStringSubmatch(s); m != nil {
-		r.Level = m[1]
+	if strings.HasPrefix(s, "{") && parseJSONRecord(s, &r, now, loc) {
+		r.EngineIndex = engineIndexOf(&r, outer)
+		return r
+	}
+	if m := prefixRE.FindStringSubmatchIndex(s); m != nil && m[2] <= maxLoggingPrefix {
+		g := func(i int) string { return s[m[2*i]:m[2*i+1]] }
+		r.Prefix = strings.TrimSpace(s[:m[2]])
+		r.Level = g(1)
 		if r.Level == "WARN" {
 			r.Level = "WARNING"
 		}
-		if t, ok := stamp(m[2:8], m[7], now, loc); ok && r.Time.IsZero() {
+		frac := ""
+		if m[14] >= 0 {
+			frac = g(7)
+		}
+		if t, ok := stamp([]string{g(2), g(3), g(4), g(5), g(6)}, frac, now, loc); ok && r.Time.IsZero() {
 			r.Time = t
 		}
-		r.Logger = m[8]
+		r.Logger = g(8)
+		s = s[m[1]:]
+	} else if m := basicRE.FindStringSubmatch(s); m != nil {
+		r.Level, r.Logger = m[1], m[2]
 		s = s[len(m[0]):]
 	} else if m := uvicornRE.FindStringSubmatch(s); m != nil {
 		// uvicorn's access and server lines ("INFO:     127.0.0.1:51234 - ...").
@@ -132,9 +198,20 @@ func ParseLine(raw string, now time.Time, loc *time.Location) Record {
 		s = s[len(m[0]):]
 	}
 	r.Message = s
+	parseMessage(&r)
+	r.EngineIndex = engineIndexOf(&r, outer)
+	return r
+}
+
+// maxLoggingPrefix bounds the VLLM_LOGGING_PREFIX text searched past before the level.
+const maxLoggingPrefix = 256
+
+// parseMessage fills what the message itself says: a traceback frame, stats, an exception, sizes.
+func parseMessage(r *Record) {
+	s := r.Message
 	if m := frameRE.FindStringSubmatch(s); m != nil {
 		r.Frame = frameName(m[1], m[3])
-		return r
+		return
 	}
 	if st := parseStats(s); st != nil {
 		r.Stats = st
@@ -143,7 +220,155 @@ func ParseLine(raw string, now time.Time, loc *time.Location) Record {
 		r.ExceptionType = m[1]
 	}
 	r.OOM = parseOOM(s)
-	return r
+}
+
+// engineIndexOf is the stats line's engine, else the data-parallel rank of the engine-core
+// process among the line's prefixes (outer is the outermost one that names an engine core).
+func engineIndexOf(r *Record, outer string) string {
+	if r.Stats != nil {
+		return r.Stats.EngineIndex
+	}
+	if i := EngineIndexOfProcess(outer); i != "" {
+		return i
+	}
+	return EngineIndexOfProcess(r.Process)
+}
+
+// EngineIndexOfProcess returns the engine index (the `engine` metric label) of an engine-core
+// process prefix: "EngineCore_DP1 pid=9" (0.10.2+) and "EngineCore_1 pid=9" (0.10.0–0.10.1) are
+// engine 1, a lone "EngineCore pid=9" is engine 0; "" for any other process.
+func EngineIndexOfProcess(process string) string {
+	m := engineCoreRE.FindStringSubmatch(process)
+	if m == nil {
+		return ""
+	}
+	if m[1] == "" {
+		return "0"
+	}
+	return normalIndex(m[1])
+}
+
+// normalIndex turns a printed index ("000") into the label form ("0").
+func normalIndex(s string) string {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return s
+	}
+	return strconv.Itoa(n)
+}
+
+// parseJSONRecord reads a record written by a JSON formatter (python-json-logger's JsonFormatter
+// through VLLM_LOGGING_CONFIG_PATH, or vLLM's own JSON formatter): the standard LogRecord
+// attributes it names (message, levelname, asctime, filename and lineno or name, processName or
+// vllm_process_name and process) and the formatted traceback in exc_info. It reports false when
+// the line is not a JSON object with a message or a level, which is then read as plain text.
+func parseJSONRecord(s string, r *Record, now time.Time, loc *time.Location) bool {
+	var obj map[string]any
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	if err := dec.Decode(&obj); err != nil || dec.More() {
+		return false
+	}
+	str := func(keys ...string) string {
+		for _, k := range keys {
+			switch v := obj[k].(type) {
+			case string:
+				return v
+			case json.Number:
+				return v.String()
+			}
+		}
+		return ""
+	}
+	msg, level := str("message", "msg"), strings.ToUpper(str("levelname", "level", "severity"))
+	if msg == "" && level == "" {
+		return false
+	}
+	if level == "WARN" {
+		level = "WARNING"
+	}
+	r.Level, r.Message = level, msg
+	if r.Time.IsZero() {
+		r.Time = jsonTime(str("asctime", "timestamp", "time", "ts"), now, loc)
+	}
+	if file, line := str("filename"), str("lineno"); file != "" && line != "" {
+		r.Logger = file + ":" + line
+	} else {
+		r.Logger = str("name", "logger")
+	}
+	if r.Process == "" {
+		if name, pid := str("vllm_process_name", "processName"), str("process"); name != "" && pid != "" {
+			r.Process = name + " pid=" + pid
+		}
+	}
+	parseMessage(r)
+	if r.Frame != "" {
+		return true
+	}
+	if exc := str("exc_info", "exc_text"); exc != "" {
+		frames, code, last := readTraceback(exc)
+		r.Frames = Innermost(frames, MaxFrames)
+		if len(r.Frames) > 0 {
+			r.CodeLine = code[r.Frames[len(r.Frames)-1]]
+		}
+		if m := excRE.FindStringSubmatch(last); m != nil {
+			r.ExceptionType = m[1]
+			if o := parseOOM(last); o != nil {
+				r.OOM = o
+			}
+		}
+	}
+	return true
+}
+
+// jsonTime reads a JSON record's time: Python's default asctime ("2025-09-11 15:53:12,345"),
+// vLLM's datefmt ("09-11 15:53:12"), or RFC 3339.
+func jsonTime(v string, now time.Time, loc *time.Location) time.Time {
+	if v == "" {
+		return time.Time{}
+	}
+	if loc == nil {
+		loc = time.UTC
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t.UTC()
+	}
+	for _, layout := range []string{"2006-01-02 15:04:05,000", "2006-01-02 15:04:05.000000", "2006-01-02 15:04:05.000", "2006-01-02 15:04:05"} {
+		if t, err := time.ParseInLocation(layout, v, loc); err == nil {
+			return t.UTC()
+		}
+	}
+	if m := stampRE.FindStringSubmatch(v); m != nil {
+		if t, ok := stamp(m[1:6], m[6], now, loc); ok {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+var stampRE = regexp.MustCompile(`^(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?$`)
+
+// readTraceback reads a formatted traceback: its frames outermost first, the source line printed
+// under each frame (by frame name), and its last line (the exception).
+func readTraceback(text string) (frames []string, code map[string]string, last string) {
+	code = map[string]string{}
+	lines := strings.Split(strings.ReplaceAll(text, "\r\n", "\n"), "\n")
+	for i, l := range lines {
+		if m := frameRE.FindStringSubmatch(l); m != nil {
+			f := frameName(m[1], m[3])
+			frames = append(frames, f)
+			if i+1 < len(lines) && !frameRE.MatchString(lines[i+1]) {
+				if c := strings.TrimSpace(lines[i+1]); c != "" && strings.Trim(c, "^~ ") != "" {
+					code[f] = c
+				}
+			}
+			continue
+		}
+		if t := strings.TrimSpace(l); t != "" {
+			last = t
+		}
+	}
+	return frames, code, last
 }
 
 // stamp builds the time of a "MM-DD hh:mm:ss[.frac]" prefix.
@@ -205,12 +430,18 @@ func frameName(path, fn string) string {
 func IsProjectFrame(frame string) bool { return strings.HasPrefix(frame, "vllm/") }
 
 func parseStats(msg string) *Stats {
+	if strings.HasPrefix(msg, "Dumping scheduler stats: ") {
+		return parseSchedulerDump(msg)
+	}
 	if !strings.Contains(msg, "throughput: ") && !strings.Contains(msg, "Running: ") && !strings.HasPrefix(msg, "Prefix cache hit rate: ") {
 		return nil
 	}
 	st := &Stats{}
 	if m := engineRE.FindStringSubmatch(msg); m != nil {
-		st.EngineIndex = m[1]
+		st.EngineIndex = normalIndex(m[1])
+		msg = msg[len(m[0]):]
+	} else if m := aggRE.FindStringSubmatch(msg); m != nil {
+		st.AggregatedEngines, _ = strconv.Atoi(m[1])
 		msg = msg[len(m[0]):]
 	}
 	found := false
@@ -238,6 +469,8 @@ func parseStats(msg string) *Stats {
 			st.Waiting = count(f)
 		case "swapped":
 			st.Swapped = count(f)
+		case "preemptions":
+			st.Preemptions = count(f)
 		case "gpu kv cache usage", "kv cache usage":
 			st.KVCacheUsagePerc = fraction(f)
 		case "prefix cache hit rate", "gpu prefix cache hit rate":
@@ -246,6 +479,33 @@ func parseStats(msg string) *Stats {
 			continue
 		}
 		found = true
+	}
+	if !found {
+		return nil
+	}
+	return st
+}
+
+// parseSchedulerDump reads the SchedulerStats repr vLLM logs when a model step raised
+// (vllm/logging_utils/dump_input.py): num_running_reqs, num_waiting_reqs and kv_cache_usage
+// (0.8's gpu_cache_usage), the latter already a fraction.
+func parseSchedulerDump(msg string) *Stats {
+	st := &Stats{FromSchedulerDump: true}
+	found := false
+	if m := dumpRE["running"].FindStringSubmatch(msg); m != nil {
+		if f, err := strconv.ParseFloat(m[1], 64); err == nil {
+			st.Running, found = count(f), true
+		}
+	}
+	if m := dumpRE["waiting"].FindStringSubmatch(msg); m != nil {
+		if f, err := strconv.ParseFloat(m[1], 64); err == nil {
+			st.Waiting, found = count(f), true
+		}
+	}
+	if m := dumpRE["kv"].FindStringSubmatch(msg); m != nil {
+		if f, err := strconv.ParseFloat(m[1], 64); err == nil && f >= 0 && f <= 1 {
+			st.KVCacheUsagePerc, found = &f, true
+		}
 	}
 	if !found {
 		return nil

@@ -15,6 +15,9 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
+// goldenLogs are vLLM logs in each release's and each logging option's format (testdata/README.md).
+var goldenLogs = []string{"v0_8_crash.log", "v0_10_crash.log", "main_dp2_colour.log", "logging_options.log", "v0_0_6.log", "docker_colour.log"}
+
 // now is the clock of the golden files: logs are read the day after they were written.
 var goldenNow = time.Date(2025, 9, 12, 0, 0, 0, 0, time.UTC)
 
@@ -38,7 +41,7 @@ func parseFile(t *testing.T, name string) []Record {
 }
 
 func TestGolden(t *testing.T) {
-	for _, name := range []string{"v1_0_11_crash.log", "v0_0_6.log", "docker_colour.log"} {
+	for _, name := range goldenLogs {
 		t.Run(name, func(t *testing.T) {
 			got, err := json.MarshalIndent(parseFile(t, name), "", "  ")
 			if err != nil {
@@ -65,19 +68,25 @@ func u32(v uint32) *uint32   { return &v }
 func u64(v uint64) *uint64   { return &v }
 func f64(v float64) *float64 { return &v }
 
-// TestCrashLog checks the facts the reference's crash diagnosis reads from the log (§5).
+// TestCrashLog checks the facts the reference's crash diagnosis reads from a vLLM 0.10 log (§5),
+// in the shape vLLM's engine core prints it: the scheduler state dumped at the failing step, the
+// logged traceback, the API server's reaction, and the traceback multiprocessing prints again.
 func TestCrashLog(t *testing.T) {
-	recs := parseFile(t, "v1_0_11_crash.log")
+	recs := parseFile(t, "v0_10_crash.log")
 	var stats []*Stats
-	var oom *Record
+	var dump *Stats
+	var ooms []*Record
 	var dead *Record
 	for i := range recs {
 		r := &recs[i]
-		if r.Stats != nil {
+		if r.Stats != nil && !r.Stats.FromSchedulerDump {
 			stats = append(stats, r.Stats)
 		}
+		if r.Stats != nil && r.Stats.FromSchedulerDump {
+			dump = r.Stats
+		}
 		if r.ExceptionType == "torch.OutOfMemoryError" {
-			oom = r
+			ooms = append(ooms, r)
 		}
 		if strings.HasSuffix(r.ExceptionType, "EngineDeadError") {
 			dead = r
@@ -86,40 +95,133 @@ func TestCrashLog(t *testing.T) {
 	if len(stats) != 4 {
 		t.Fatalf("%d stats lines, want 4", len(stats))
 	}
-	last := stats[3]
 	want := &Stats{
-		EngineIndex: "000", PromptThroughputTPS: f64(1232), GenerationThroughputTPS: f64(2470.4),
+		EngineIndex: "0", PromptThroughputTPS: f64(1232), GenerationThroughputTPS: f64(2470.4),
 		Running: u32(193), Waiting: u32(0), KVCacheUsagePerc: f64(0.159), PrefixCacheHitRate: f64(0.483),
 	}
-	if !reflect.DeepEqual(last, want) {
-		t.Errorf("last stats line:\n got %s\nwant %s", js(last), js(want))
+	if !reflect.DeepEqual(stats[3], want) {
+		t.Errorf("last stats line:\n got %s\nwant %s", js(stats[3]), js(want))
 	}
-	if oom == nil {
-		t.Fatal("no OOM line")
+	wantDump := &Stats{FromSchedulerDump: true, Running: u32(193), Waiting: u32(0), KVCacheUsagePerc: f64(0.15912408759124087)}
+	if !reflect.DeepEqual(dump, wantDump) {
+		t.Errorf("scheduler dump:\n got %s\nwant %s", js(dump), js(wantDump))
+	}
+	// The logged traceback and the one multiprocessing prints again both end in the OOM line.
+	if len(ooms) != 2 {
+		t.Fatalf("%d OOM lines, want 2", len(ooms))
 	}
 	wantOOM := &OOM{BytesRequested: u64(112 << 20), TotalCapacityBytes: u64(12487617413), FreeBytes: u64(89003131)}
-	if !reflect.DeepEqual(oom.OOM, wantOOM) {
-		t.Errorf("OOM sizes %s, want %s", js(oom.OOM), js(wantOOM))
-	}
 	wantFrames := []string{
-		"vllm/v1/engine/core.py:run_engine_core",
-		"vllm/v1/engine/core.py:run_busy_loop",
+		"vllm/v1/worker/gpu_worker.py:execute_model",
 		"vllm/v1/worker/gpu_model_runner.py:execute_model",
 		"vllm/v1/sample/sampler.py:forward",
 		"vllm/v1/sample/sampler.py:apply_penalties",
+		"vllm/v1/sample/ops/penalties.py:apply_all_penalties",
+		"vllm/model_executor/layers/utils.py:apply_penalties",
 	}
-	if !reflect.DeepEqual(oom.Frames, wantFrames) {
-		t.Errorf("OOM frames %q, want %q", oom.Frames, wantFrames)
+	for i, oom := range ooms {
+		if !reflect.DeepEqual(oom.OOM, wantOOM) {
+			t.Errorf("OOM %d sizes %s, want %s", i, js(oom.OOM), js(wantOOM))
+		}
+		if got := oom.Frames[len(oom.Frames)-len(wantFrames):]; !reflect.DeepEqual(got, wantFrames) {
+			t.Errorf("OOM %d frames %q, want them to end in %q", i, oom.Frames, wantFrames)
+		}
+		if oom.Process != "EngineCore_DP0 pid=233" || oom.EngineIndex != "0" {
+			t.Errorf("OOM %d process %q engine %q", i, oom.Process, oom.EngineIndex)
+		}
+		if want := time.Date(2025, 9, 11, 15, 53, 37, 0, time.UTC); !oom.Time.Equal(want) {
+			t.Errorf("OOM %d time %s, want %s", i, oom.Time, want)
+		}
 	}
-	if oom.Process != "EngineCore_DP0 pid=233" || oom.Level != "ERROR" || oom.Logger != "core.py:710" {
-		t.Errorf("OOM prefix: process %q level %q logger %q", oom.Process, oom.Level, oom.Logger)
+	if ooms[0].Level != "ERROR" || ooms[0].Logger != "core.py:710" || ooms[1].Level != "" {
+		t.Errorf("logged OOM: level %q logger %q; printed one: level %q", ooms[0].Level, ooms[0].Logger, ooms[1].Level)
 	}
-	if want := time.Date(2025, 9, 11, 15, 53, 37, 0, time.UTC); !oom.Time.Equal(want) {
-		t.Errorf("OOM time %s, want %s", oom.Time, want)
+	// The API server's traceback must not take the engine's frames.
+	if dead == nil || !reflect.DeepEqual(dead.Frames, []string{"vllm/v1/engine/async_llm.py:output_handler", "vllm/v1/engine/core_client.py:get_output_async"}) || dead.EngineIndex != "" {
+		t.Errorf("EngineDeadError: %+v", dead)
 	}
-	// The API server's traceback interleaves with nothing but must not take the engine's frames.
-	if dead == nil || !reflect.DeepEqual(dead.Frames, []string{"vllm/v1/engine/async_llm.py:output_handler", "vllm/v1/engine/core_client.py:get_output_async"}) {
-		t.Errorf("EngineDeadError frames: %+v", dead)
+}
+
+// TestV08CrashLog: vLLM 0.8.0–0.8.4 logged the traceback inside the "EngineCore hit an exception:"
+// record, and had no process prefixes.
+func TestV08CrashLog(t *testing.T) {
+	recs := parseFile(t, "v0_8_crash.log")
+	var oom *Record
+	var last *Stats
+	for i := range recs {
+		if recs[i].ExceptionType == "torch.OutOfMemoryError" {
+			oom = &recs[i]
+		}
+		if recs[i].Stats != nil {
+			last = recs[i].Stats
+		}
+	}
+	if oom == nil || len(oom.Frames) == 0 || oom.Frames[len(oom.Frames)-1] != "vllm/model_executor/layers/utils.py:apply_penalties" || *oom.OOM.BytesRequested != 112<<20 {
+		t.Fatalf("OOM record: %s", js(oom))
+	}
+	if last == nil || *last.Running != 193 || last.EngineIndex != "0" {
+		t.Errorf("last stats: %s", js(last))
+	}
+	if fatal := recs[len(recs)-2]; fatal.Level != "CRITICAL" || fatal.Logger != "core_client.py:359" {
+		t.Errorf("client's fatal line: %s", js(fatal))
+	}
+}
+
+// TestMainDataParallelColour: main's coloured output, nested worker prefixes, DEBUG-level paths,
+// per-engine and aggregated stats lines, and a death on engine 1.
+func TestMainDataParallelColour(t *testing.T) {
+	recs := parseFile(t, "main_dp2_colour.log")
+	if r := recs[1]; r.Level != "DEBUG" || r.Logger != "v1/engine/core.py:915" || r.EngineIndex != "0" {
+		t.Errorf("DEBUG line: %s", js(r))
+	}
+	if r := recs[2]; r.Process != "Worker_TP0 pid=140" || r.EngineIndex != "1" || r.Logger != "model_executor/.../quantization/utils/marlin_utils.py:222" || r.Message != "Using Marlin kernels" {
+		t.Errorf("nested prefixes: %s", js(r))
+	}
+	want0 := &Stats{EngineIndex: "0", PromptThroughputTPS: f64(1232), GenerationThroughputTPS: f64(2470.4), Running: u32(193), Waiting: u32(0), Preemptions: u32(3), KVCacheUsagePerc: f64(0.159), PrefixCacheHitRate: f64(0.483)}
+	if !reflect.DeepEqual(recs[3].Stats, want0) {
+		t.Errorf("engine 0 stats:\n got %s\nwant %s", js(recs[3].Stats), js(want0))
+	}
+	if st := recs[4].Stats; st == nil || st.EngineIndex != "1" || *st.Running != 190 || *st.PrefixCacheHitRate != 0.125 || recs[4].EngineIndex != "1" {
+		t.Errorf("engine 1 stats: %s", js(recs[4]))
+	}
+	if st := recs[5].Stats; st == nil || st.EngineIndex != "" || st.AggregatedEngines != 2 || *st.Running != 390 || recs[5].EngineIndex != "" {
+		t.Errorf("aggregated stats: %s", js(recs[5]))
+	}
+	var oom *Record
+	for i := range recs {
+		if recs[i].OOM != nil {
+			oom = &recs[i]
+		}
+	}
+	if oom == nil || oom.EngineIndex != "1" || *oom.OOM.BytesRequested != 222<<20 || oom.Frames[len(oom.Frames)-1] != "vllm/model_executor/layers/utils.py:get_token_bin_counts_and_mask" {
+		t.Errorf("engine 1's OOM: %s", js(oom))
+	}
+}
+
+// TestLoggingOptions: VLLM_LOGGING_PREFIX, VLLM_CONFIGURE_LOGGING=0 under basicConfig, a JSON
+// formatter with the traceback in exc_info, and lines in no known shape (kept, nothing parsed).
+func TestLoggingOptions(t *testing.T) {
+	recs := parseFile(t, "logging_options.log")
+	if r := recs[0]; r.Prefix != "node-a |" || r.Level != "INFO" || r.Stats == nil || *r.Stats.Running != 3 {
+		t.Errorf("VLLM_LOGGING_PREFIX: %s", js(r))
+	}
+	if r := recs[1]; r.Level != "INFO" || r.Logger != "vllm.v1.metrics.loggers" || r.Stats == nil || *r.Stats.Running != 46 || !r.Time.Equal(recs[0].Time) {
+		t.Errorf("basicConfig: %s", js(r))
+	}
+	if r := recs[2]; r.Level != "INFO" || r.Logger != "loggers.py:123" || r.Stats == nil || *r.Stats.Running != 144 ||
+		!r.Time.Equal(time.Date(2025, 9, 11, 15, 53, 32, 118e6, time.UTC)) || r.Process != "MainProcess pid=1" {
+		t.Errorf("JSON stats: %s", js(r))
+	}
+	r := recs[3]
+	if r.Level != "ERROR" || r.Message != "EngineCore encountered a fatal error." || r.ExceptionType != "torch.OutOfMemoryError" ||
+		r.OOM == nil || *r.OOM.BytesRequested != 112<<20 || r.Frames[len(r.Frames)-1] != "vllm/model_executor/layers/utils.py:apply_penalties" ||
+		r.CodeLine != "logits -= frequency_penalties.unsqueeze(dim=1) * output_bin_counts" || r.EngineIndex != "0" {
+		t.Errorf("JSON traceback: %s", js(r))
+	}
+	for _, r := range recs[4:] {
+		if r.Level != "" || r.Stats != nil || r.Message == "" {
+			t.Errorf("unrecognised line not kept as text: %s", js(r))
+		}
 	}
 }
 
@@ -180,9 +282,14 @@ func TestParseLine(t *testing.T) {
 			want: Record{Message: "RuntimeError: CUDA error: an illegal memory access was encountered", ExceptionType: "RuntimeError"},
 		},
 		{
-			name: "parenthesised text without pid is not a process",
+			name: "parenthesised text without pid is VLLM_LOGGING_PREFIX, not a process",
 			line: "(note) INFO 01-01 00:00:00 [a.py:1] x",
-			want: Record{Message: "(note) INFO 01-01 00:00:00 [a.py:1] x"},
+			want: Record{Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Level: "INFO", Prefix: "(note)", Logger: "a.py:1", Message: "x"},
+		},
+		{
+			name: "a level and stamp deep inside a message is not a prefix",
+			line: strings.Repeat("x", 300) + " INFO 01-01 00:00:00 [a.py:1] x",
+			want: Record{Message: strings.Repeat("x", 300) + " INFO 01-01 00:00:00 [a.py:1] x"},
 		},
 		{
 			name: "frame outside vLLM keeps three segments",
@@ -233,7 +340,7 @@ func js(v any) string {
 }
 
 func FuzzParse(f *testing.F) {
-	for _, name := range []string{"v1_0_11_crash.log", "v0_0_6.log", "docker_colour.log"} {
+	for _, name := range goldenLogs {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			f.Fatal(err)
@@ -267,7 +374,7 @@ func FuzzParse(f *testing.F) {
 
 // BenchmarkParse measures the parse of the crash log's lines, stats and traceback included.
 func BenchmarkParse(b *testing.B) {
-	raw, err := os.ReadFile(filepath.Join("testdata", "v1_0_11_crash.log"))
+	raw, err := os.ReadFile(filepath.Join("testdata", "v0_10_crash.log"))
 	if err != nil {
 		b.Fatal(err)
 	}

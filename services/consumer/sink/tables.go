@@ -190,7 +190,7 @@ func tableDefs() map[schema.Kind]*table {
 			name: TableEngineLogs,
 			columns: []string{
 				"event_id", "ts", "engine", "source", "offset", "line", "level", "process", "logger",
-				"message", "prompt_throughput_tps", "generation_throughput_tps", "running", "waiting",
+				"engine_index", "message", "prompt_throughput_tps", "generation_throughput_tps", "running", "waiting",
 				"kv_cache_usage_perc", "prefix_cache_hit_rate", "exception_type", "oom_bytes_requested",
 				"oom_total_capacity_bytes", "oom_free_bytes", "frames",
 			},
@@ -202,7 +202,7 @@ func tableDefs() map[schema.Kind]*table {
 				}
 				return append(dst,
 					e.EventID, e.TS, e.Engine, e.Source, e.Offset, e.Line, e.Level, e.Process, e.Logger,
-					e.Message, e.PromptThroughputTPS, e.GenerationThroughputTPS, e.Running, e.Waiting,
+					e.EngineIndex, e.Message, e.PromptThroughputTPS, e.GenerationThroughputTPS, e.Running, e.Waiting,
 					e.KVCacheUsagePerc, e.PrefixCacheHitRate, e.ExceptionType, e.OOMBytesRequested,
 					e.OOMTotalCapacityBytes, e.OOMFreeBytes, frames,
 				)

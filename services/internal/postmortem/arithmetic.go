@@ -5,10 +5,6 @@ import (
 	"math"
 )
 
-// BytesPerLogit is the size of one logits element: vLLM's sampler works on float32 logits, so a
-// temporary the size of the logits holds running × vocabulary × 4 bytes.
-const BytesPerLogit = 4
-
 // Sizes of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp).
 const (
 	minBlockSize  = 512      // every request is rounded up to this
@@ -86,10 +82,13 @@ func TensorRange(printed int64) (lo, hi float64) {
 	return lo, hi
 }
 
-// ImpliedRunning is the range of running-sequence counts whose logits-sized temporary
-// (n × vocab × BytesPerLogit) PyTorch would report as printed bytes. ok is false when no count fits.
-func ImpliedRunning(printed int64, vocab int) (minN, maxN int, ok bool) {
-	row := float64(vocab) * BytesPerLogit
+// ImpliedRunning is the range of row counts (running sequences) whose tensor of rowBytes per row
+// PyTorch would report as printed bytes. ok is false when no count fits.
+func ImpliedRunning(printed, rowBytes int64) (minN, maxN int, ok bool) {
+	if rowBytes <= 0 {
+		return 0, 0, false
+	}
+	row := float64(rowBytes)
 	lo, hi := TensorRange(printed)
 	minN = int(math.Ceil(lo / row))
 	if minN < 1 {

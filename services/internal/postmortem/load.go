@@ -100,7 +100,7 @@ func loadLines(ctx context.Context, conn driver.Conn, engine string, from, to ti
 	var out []schema.EngineLog
 	for rows.Next() {
 		var l schema.EngineLog
-		if err := rows.Scan(&l.TS, &l.Engine, &l.Source, &l.Offset, &l.Line, &l.Level, &l.Process, &l.Logger, &l.Message,
+		if err := rows.Scan(&l.TS, &l.Engine, &l.Source, &l.Offset, &l.Line, &l.Level, &l.Process, &l.Logger, &l.EngineIndex, &l.Message,
 			&l.PromptThroughputTPS, &l.GenerationThroughputTPS, &l.Running, &l.Waiting, &l.KVCacheUsagePerc,
 			&l.PrefixCacheHitRate, &l.ExceptionType, &l.OOMBytesRequested, &l.OOMTotalCapacityBytes,
 			&l.OOMFreeBytes, &l.Frames); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/servescope/servescope/services/internal/postmortem"
 	"github.com/servescope/servescope/services/internal/testenv"
 	"github.com/servescope/servescope/services/vllmsim/engine"
+	"github.com/servescope/servescope/services/vllmsim/release"
 	simlog "github.com/servescope/servescope/services/vllmsim/vllmlog"
 )
 
@@ -69,7 +70,7 @@ func TestLoadFromClickHouse(t *testing.T) {
 	}
 	start := time.Now().UTC().Add(-3 * time.Hour).Truncate(time.Second)
 	insertLogs(t, ctx, conn, shift(readLog(t, "v1_unexplained.log"), start, "vllm-b"))
-	insertLogs(t, ctx, conn, shift(readLog(t, "v1_type_one.log"), start.Add(time.Hour), "vllm-a"))
+	insertLogs(t, ctx, conn, shift(readLog(t, "v0_10_type_one.log"), start.Add(time.Hour), "vllm-a"))
 	insertLogs(t, ctx, conn, shift(readLog(t, "v1_no_crash.log"), start.Add(2*time.Hour), "vllm-c"))
 
 	for _, tc := range []struct {
@@ -100,7 +101,7 @@ func TestLoadFromClickHouse(t *testing.T) {
 					t.Errorf("arithmetic = %+v", a)
 				}
 				// The frames survived the round trip through the table's Array(String).
-				if inner := rep.Frames[len(rep.Frames)-1]; inner != "vllm/v1/sample/sampler.py:apply_penalties" {
+				if inner := rep.Frames[len(rep.Frames)-1]; inner != "vllm/model_executor/layers/utils.py:apply_penalties" {
 					t.Errorf("innermost frame = %q", inner)
 				}
 			}
@@ -112,37 +113,52 @@ func TestLoadFromClickHouse(t *testing.T) {
 }
 
 // TestVLLMSimCrashLog reads the log vllmsim writes when its simulated engine dies the reference's
-// death, through the same reader as any vLLM log.
+// death, in each vLLM release's format and in JSON, through the same reader as any vLLM log: the
+// V1 releases' float32 penalty product reads 112 MiB for 193 running, V0's float16 one 56 MiB.
 func TestVLLMSimCrashLog(t *testing.T) {
-	clock := engine.NewClock(1)
-	var buf bytes.Buffer
-	lg := simlog.New(&buf, clock, 4242, simlog.DefaultGPU())
-	lg.Startup("Qwen/Qwen2.5-7B-Instruct-AWQ", 4096, "127.0.0.1:8000")
-	for _, s := range []struct {
-		at      float64
-		running int
-		kv      float64
-	}{{10, 3, 0.005}, {20, 46, 0.036}, {30, 144, 0.114}, {35, 193, 0.159}} {
-		lg.Stats(engine.IntervalStats{At: s.at, IntervalS: 10, PromptTokens: 880, GenerationTokens: 2560, Running: s.running, KVCacheUsage: s.kv})
-	}
-	lg.Crashed(engine.CrashInfo{At: 35, Running: 193, KVCacheUsage: 0.159, VocabSize: 152064, RequestedBytes: 193 * 152064 * 4})
-	lg.Shutdown()
+	for _, tc := range []struct {
+		rel  release.Release
+		json bool
+	}{{release.V08V0, false}, {release.V08, false}, {release.V010, false}, {release.Main, false}, {release.Main, true}} {
+		t.Run(fmt.Sprintf("%s json=%v", tc.rel, tc.json), func(t *testing.T) {
+			clock := engine.NewClock(1)
+			var buf bytes.Buffer
+			lg := simlog.NewWith(&buf, clock, 4242, simlog.Options{Release: tc.rel, JSON: tc.json})
+			lg.Startup("Qwen/Qwen2.5-7B-Instruct-AWQ", 4096, "127.0.0.1:8000")
+			for _, s := range []struct {
+				at      float64
+				running int
+				kv      float64
+			}{{10, 3, 0.005}, {20, 46, 0.036}, {30, 144, 0.114}, {35, 193, 0.159}} {
+				lg.Stats(engine.IntervalStats{At: s.at, IntervalS: 10, PromptTokens: 880, GenerationTokens: 2560, Running: s.running, KVCacheUsage: s.kv})
+			}
+			lg.Crashed(engine.CrashInfo{At: 35, Running: 193, KVCacheUsage: 0.159, VocabSize: 152064, RequestedBytes: 193 * 152064 * 4})
+			lg.Shutdown()
 
-	lines, err := postmortem.ReadLog(&buf, "vllmsim", "vllmsim.log", time.Now().Add(time.Hour), time.Local)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := postmortem.Analyze(lines, postmortem.Options{})
-	if rep.Verdict != postmortem.VerdictTypeOne {
-		var out bytes.Buffer
-		_ = rep.WriteText(&out)
-		t.Fatalf("verdict = %q\n%s", rep.Verdict, out.String())
-	}
-	a := rep.Arithmetic
-	if a.Running != 193 || a.Vocab != 152064 || a.TorchPrints != "112.00 MiB" || *rep.LastWords.BytesRequested != 112<<20 {
-		t.Errorf("arithmetic = %+v, requested %d", a, *rep.LastWords.BytesRequested)
-	}
-	if last := rep.Timeline[len(rep.Timeline)-1]; *last.KVCacheUsagePerc != 0.159 {
-		t.Errorf("last KV = %v", *last.KVCacheUsagePerc)
+			lines, err := postmortem.ReadLog(&buf, "vllmsim", "vllmsim.log", time.Now().Add(time.Hour), time.Local)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := postmortem.Analyze(lines, postmortem.Options{})
+			if rep.Verdict != postmortem.VerdictTypeOne {
+				var out bytes.Buffer
+				_ = rep.WriteText(&out)
+				t.Fatalf("verdict = %q\n%s", rep.Verdict, out.String())
+			}
+			a := rep.Arithmetic
+			prints, size := "112.00 MiB", 4
+			if !tc.rel.V1() {
+				prints, size = "56.00 MiB", 2
+			}
+			if a.Running != 193 || a.Vocab != 152064 || a.Tensor.ElementBytes != size || a.TorchPrints != prints || simlog.FormatSize(int64(*rep.LastWords.BytesRequested)) != prints {
+				t.Errorf("arithmetic = %+v, requested %d", a, *rep.LastWords.BytesRequested)
+			}
+			if a.Tensor.Tensor != "frequency_penalties.unsqueeze(dim=1) * output_bin_counts" || rep.Frames[len(rep.Frames)-1] != "vllm/model_executor/layers/utils.py:apply_penalties" {
+				t.Errorf("tensor %+v frames %q", a.Tensor, rep.Frames)
+			}
+			if last := rep.Timeline[len(rep.Timeline)-1]; *last.KVCacheUsagePerc != 0.159 {
+				t.Errorf("last KV = %v", *last.KVCacheUsagePerc)
+			}
+		})
 	}
 }

@@ -40,7 +40,7 @@ func ReadLog(r io.Reader, engine, source string, now time.Time, loc *time.Locati
 func fromRecord(rec vllmlog.Record, raw, engine, source string, offset uint64) schema.EngineLog {
 	l := schema.EngineLog{
 		Header: schema.Header{TS: rec.Time}, Engine: engine, Source: source, Offset: &offset, Line: raw,
-		Level: rec.Level, Process: rec.Process, Logger: rec.Logger, Message: rec.Message,
+		Level: rec.Level, Process: rec.Process, Logger: rec.Logger, EngineIndex: rec.EngineIndex, Message: rec.Message,
 		ExceptionType: rec.ExceptionType, Frames: rec.Frames,
 	}
 	if s := rec.Stats; s != nil {

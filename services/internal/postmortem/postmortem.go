@@ -1,9 +1,11 @@
 // Package postmortem reads an engine's death from its own log, as reference §5 does: the stats
-// timeline before the death (running, waiting, KV cache usage), the last words (the exception,
-// the bytes requested, the GPU's capacity and free memory), the innermost frames, and one
-// multiplication — bytes requested against running × vocabulary × 4 bytes — concluding
-// "activation-sized temporary (type one limit)", "KV cache exhausted" or "unexplained", with the
-// reasoning shown and the fix that follows.
+// timeline before the death (running, waiting, KV cache usage, of the engine that died), the last
+// words (the exception, the bytes requested, the GPU's capacity and free memory), the innermost
+// frames, and one multiplication — bytes requested against running × the tensor's columns × its
+// element size, for the tensor the innermost frame's statement allocates (its shape and dtype as
+// vLLM's sampler and penalty code give them, see [Allocation]) — concluding "activation-sized
+// temporary (type one limit)", "KV cache exhausted" or "unexplained", with the reasoning shown and
+// the fix that follows.
 //
 // The analysis works on a time-ordered []schema.EngineLog and does not care where the lines came
 // from: the engine_logs table ([Load]) or a vLLM log file ([ReadLog], which uses the collector's
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/servescope/servescope/schema"
+	"github.com/servescope/servescope/services/collector/vllmlog"
 )
 
 // Verdicts.
@@ -63,6 +66,8 @@ type StatsPoint struct {
 	Running          *uint32  `json:"running,omitempty"`
 	Waiting          *uint32  `json:"waiting,omitempty"`
 	KVCacheUsagePerc *float64 `json:"kv_cache_usage_perc,omitempty"`
+	// Dump is true for the scheduler state vLLM dumped at the failing step (not a periodic line).
+	Dump bool `json:"scheduler_dump,omitempty"`
 }
 
 // LastWords is the fatal line.
@@ -77,20 +82,28 @@ type LastWords struct {
 	FreeBytes      *uint64 `json:"free_bytes,omitempty"`
 }
 
-// Arithmetic is the check of bytes requested against running × vocab × 4 bytes.
+// Arithmetic is the check of bytes requested against running × columns × element size of the
+// tensor the failing statement allocates.
 type Arithmetic struct {
 	Vocab       int    `json:"vocab_size"`
 	VocabSource string `json:"vocab_source"`
-	// Running is the last stats line's count, LastStatsTS its time and StatsAgeS how long
-	// before the death it was printed.
-	Running     uint32    `json:"running"`
-	LastStatsTS time.Time `json:"last_stats_ts"`
-	StatsAgeS   float64   `json:"stats_age_s"`
-	// ProductBytes = Running × Vocab × 4; TorchPrints is how PyTorch would report that allocation.
+	// Running is the count multiplied: the scheduler state vLLM dumped at the failing step when
+	// the log has it, else the last stats line's; RunningSource says which. LastStatsTS is that
+	// line's time and StatsAgeS how long before the death it was printed.
+	Running       uint32    `json:"running"`
+	RunningSource string    `json:"running_source"`
+	LastStatsTS   time.Time `json:"last_stats_ts"`
+	StatsAgeS     float64   `json:"stats_age_s"`
+	// Tensor is the allocation checked (the first that matches, else the first candidate);
+	// Columns is vocab_size or vocab_size + 1 as its shape says.
+	Tensor  Allocation `json:"tensor"`
+	Columns int        `json:"columns"`
+	// ProductBytes = Running × Columns × Tensor.ElementBytes; TorchPrints is how PyTorch would
+	// report that allocation.
 	ProductBytes int64  `json:"product_bytes"`
 	TorchPrints  string `json:"torch_prints"`
-	// ImpliedMin..ImpliedMax are the running counts whose logits-sized tensor PyTorch would report
-	// as the bytes requested (see TensorRange).
+	// ImpliedMin..ImpliedMax are the running counts whose tensor of that shape and dtype PyTorch
+	// would report as the bytes requested (see TensorRange).
 	ImpliedMin int `json:"implied_running_min"`
 	ImpliedMax int `json:"implied_running_max"`
 	// ExpectedMin..ExpectedMax are the running counts plausible at the moment of death: from the
@@ -99,6 +112,17 @@ type Arithmetic struct {
 	ExpectedMax int `json:"expected_running_max"`
 	// Match is true when the two ranges overlap.
 	Match bool `json:"match"`
+	// Others are the other tensors the statement allocates (or the other dtypes the logits may
+	// have), each with the running counts it implies.
+	Others []Candidate `json:"others,omitempty"`
+}
+
+// Candidate is another tensor the failing statement may have been allocating.
+type Candidate struct {
+	Tensor     Allocation `json:"tensor"`
+	ImpliedMin int        `json:"implied_running_min"`
+	ImpliedMax int        `json:"implied_running_max"`
+	Match      bool       `json:"match"`
 }
 
 // Report is the reading of one death.
@@ -108,12 +132,16 @@ type Report struct {
 	// Crashed is false when the lines hold no fatal error; the rest is then mostly empty.
 	Crashed bool `json:"crashed"`
 	Lines   int  `json:"lines"`
-	// Model, GPUMemoryUtilization and MaxNumSeqs are what the log's start-up lines said.
-	Model                string       `json:"model,omitempty"`
-	GPUMemoryUtilization string       `json:"gpu_memory_utilization,omitempty"`
-	MaxNumSeqs           string       `json:"max_num_seqs,omitempty"`
-	Timeline             []StatsPoint `json:"timeline"`
-	LastWords            *LastWords   `json:"last_words,omitempty"`
+	// Model, GPUMemoryUtilization, MaxNumSeqs and DType are what the log's start-up lines said.
+	Model                string `json:"model,omitempty"`
+	DType                string `json:"dtype,omitempty"`
+	GPUMemoryUtilization string `json:"gpu_memory_utilization,omitempty"`
+	MaxNumSeqs           string `json:"max_num_seqs,omitempty"`
+	// EngineIndex is the data-parallel engine that died ("" when the log does not tell); the
+	// timeline then holds that engine's stats lines only.
+	EngineIndex string       `json:"engine_index,omitempty"`
+	Timeline    []StatsPoint `json:"timeline"`
+	LastWords   *LastWords   `json:"last_words,omitempty"`
 	// Frames are the innermost project frames, innermost last; CodeLine is the innermost frame's
 	// source line when the log kept it.
 	Frames     []string    `json:"frames,omitempty"`
@@ -133,10 +161,11 @@ func Analyze(lines []schema.EngineLog, opts Options) Report {
 		if rep.Engine == "" {
 			rep.Engine = lines[i].Engine
 		}
-		if m, g, s := engineSettings(msgOf(&lines[i])); m != "" || g != "" || s != "" {
-			rep.Model = firstNonEmpty(m, rep.Model)
-			rep.GPUMemoryUtilization = firstNonEmpty(g, rep.GPUMemoryUtilization)
-			rep.MaxNumSeqs = firstNonEmpty(s, rep.MaxNumSeqs)
+		if set := engineSettings(msgOf(&lines[i])); set != (settings{}) {
+			rep.Model = firstNonEmpty(set.model, rep.Model)
+			rep.GPUMemoryUtilization = firstNonEmpty(set.gpuUtil, rep.GPUMemoryUtilization)
+			rep.MaxNumSeqs = firstNonEmpty(set.maxSeqs, rep.MaxNumSeqs)
+			rep.DType = firstNonEmpty(set.dtype, rep.DType)
 		}
 	}
 	if rep.Model == "" {
@@ -144,14 +173,15 @@ func Analyze(lines []schema.EngineLog, opts Options) Report {
 	}
 	death := findDeath(lines, opts.At)
 	if death < 0 {
-		rep.Timeline = timeline(lines, len(lines))
+		rep.Timeline = timeline(lines, len(lines), "")
 		return rep
 	}
 	rep.Crashed = true
 	d := &lines[death]
 	rep.LastWords = &LastWords{TS: d.TS, Process: d.Process, Exception: d.ExceptionType, Message: msgOf(d),
 		BytesRequested: d.OOMBytesRequested, CapacityBytes: d.OOMTotalCapacityBytes, FreeBytes: d.OOMFreeBytes}
-	rep.Timeline = timeline(lines, death)
+	rep.EngineIndex = lineEngine(d)
+	rep.Timeline = timeline(lines, death, rep.EngineIndex)
 	rep.Frames = d.Frames
 	if len(rep.Frames) == 0 {
 		rep.Frames = framesBefore(lines, death)
@@ -175,8 +205,14 @@ func msgOf(l *schema.EngineLog) string {
 	return l.Line
 }
 
+// isOOM: the caching allocator's "CUDA out of memory. Tried to allocate ..." (torch.OutOfMemoryError,
+// older torch.cuda.OutOfMemoryError), and a kernel's "RuntimeError: CUDA error: out of memory",
+// which gives no size.
 func isOOM(l *schema.EngineLog) bool {
-	return l.OOMBytesRequested != nil || strings.Contains(l.ExceptionType, "OutOfMemory")
+	if l.OOMBytesRequested != nil || strings.Contains(l.ExceptionType, "OutOfMemory") {
+		return true
+	}
+	return l.ExceptionType != "" && strings.Contains(msgOf(l), "CUDA error: out of memory")
 }
 
 func isFatal(l *schema.EngineLog) bool {
@@ -240,20 +276,49 @@ func findDeath(lines []schema.EngineLog, at time.Time) int {
 	return best
 }
 
-// timeline returns the last timelineLen stats lines before index end.
-func timeline(lines []schema.EngineLog, end int) []StatsPoint {
+// timeline returns the last timelineLen stats lines before index end (the scheduler dump at the
+// failing step included). With engine set (the engine that died), the lines of other engines
+// are left out, and so are lines aggregating several engines when the engine's own exist.
+func timeline(lines []schema.EngineLog, end int, engine string) []StatsPoint {
+	own := false
+	if engine != "" {
+		for i := 0; i < end; i++ {
+			if isStats(&lines[i]) && lineEngine(&lines[i]) == engine {
+				own = true
+				break
+			}
+		}
+	}
 	out := []StatsPoint{}
 	for i := end - 1; i >= 0 && len(out) < timelineLen; i-- {
 		l := &lines[i]
-		if l.Running == nil && l.KVCacheUsagePerc == nil {
+		if !isStats(l) || (own && lineEngine(l) != engine) {
 			continue
 		}
-		out = append(out, StatsPoint{TS: l.TS, Running: l.Running, Waiting: l.Waiting, KVCacheUsagePerc: l.KVCacheUsagePerc})
+		out = append(out, StatsPoint{TS: l.TS, Running: l.Running, Waiting: l.Waiting, KVCacheUsagePerc: l.KVCacheUsagePerc,
+			Dump: strings.HasPrefix(msgOf(l), "Dumping scheduler stats")})
 	}
 	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
 		out[i], out[j] = out[j], out[i]
 	}
 	return out
+}
+
+func isStats(l *schema.EngineLog) bool { return l.Running != nil || l.KVCacheUsagePerc != nil }
+
+var statsEngineRE = regexp.MustCompile(`^Engine (\d+): `)
+
+// lineEngine is the engine a line is about: its engine_index, else (rows stored before that
+// column) the stats line's "Engine NNN:" or the engine-core process prefix.
+func lineEngine(l *schema.EngineLog) string {
+	if l.EngineIndex != "" {
+		return l.EngineIndex
+	}
+	if m := statsEngineRE.FindStringSubmatch(msgOf(l)); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		return strconv.Itoa(n)
+	}
+	return vllmlog.EngineIndexOfProcess(l.Process)
 }
 
 var frameRE = regexp.MustCompile(`^\s*File "([^"]+)", line \d+, in (\S+)`)
@@ -269,7 +334,7 @@ func framesBefore(lines []schema.EngineLog, death int) []string {
 			continue
 		}
 		msg := strings.TrimSpace(msgOf(l))
-		if strings.HasPrefix(msg, "Traceback (most recent call last)") {
+		if strings.HasSuffix(msg, "Traceback (most recent call last):") {
 			break
 		}
 		if m := frameRE.FindStringSubmatch(msgOf(l)); m != nil {
@@ -288,11 +353,23 @@ func framesBefore(lines []schema.EngineLog, death int) []string {
 	return frames
 }
 
-// codeLine finds the source line printed under the innermost frame's "File" line.
+// codeLine finds the source line printed under the innermost frame's "File" line: in the
+// traceback lines before the fatal line, or in the fatal line's own record (a JSON formatter's
+// exc_info carries the whole traceback).
 func codeLine(lines []schema.EngineLog, death int, frames []string) string {
 	if len(frames) == 0 {
 		return ""
 	}
+	if c := codeLineBefore(lines, death, frames); c != "" {
+		return c
+	}
+	if raw := lines[death].Line; strings.Contains(raw, "exc_info") {
+		return vllmlog.ParseLine(raw, lines[death].TS, time.UTC).CodeLine
+	}
+	return ""
+}
+
+func codeLineBefore(lines []schema.EngineLog, death int, frames []string) string {
 	inner := frames[len(frames)-1]
 	fn := inner[strings.LastIndex(inner, ":")+1:]
 	proc := lines[death].Process
@@ -349,7 +426,7 @@ func (r *Report) explain(opts Options) {
 	default:
 		r.Reasoning = append(r.Reasoning, fmt.Sprintf("KV cache: only %s in use at the last stats line: that alone removes the KV cache from the suspects", pct(*lastKV)))
 	}
-	if !isOOM(&schema.EngineLog{OOMBytesRequested: lw.BytesRequested, ExceptionType: lw.Exception}) {
+	if !isOOM(&schema.EngineLog{OOMBytesRequested: lw.BytesRequested, ExceptionType: lw.Exception, Message: lw.Message}) {
 		r.Verdict = VerdictUnexplained
 		r.Reasoning = append(r.Reasoning, fmt.Sprintf("the engine died with %s, not a CUDA out-of-memory error: the memory arithmetic does not apply", orUnknown(lw.Exception)))
 		r.stackReasoning()
@@ -377,21 +454,37 @@ func (r *Report) explain(opts Options) {
 	}
 	a := r.arithmetic(opts, req, last, prev)
 	r.Arithmetic = a
-	product := fmt.Sprintf("%s running × %s vocabulary (%s) × %d bytes = %s B = %s",
-		group(int64(a.Running)), group(int64(a.Vocab)), a.VocabSource, BytesPerLogit, group(a.ProductBytes), mibText(a.ProductBytes))
+	t := a.Tensor
+	r.Reasoning = append(r.Reasoning, fmt.Sprintf("tensor: %s, shape %s, %s (%d bytes per element): %s", t.Tensor, t.Shape, t.DType, t.ElementBytes, t.Why))
+	cols := fmt.Sprintf("%s vocabulary (%s)", group(int64(a.Vocab)), a.VocabSource)
+	if t.VocabPlusOne {
+		cols = fmt.Sprintf("%s (vocabulary %s + 1, %s)", group(int64(a.Columns)), group(int64(a.Vocab)), a.VocabSource)
+	}
+	product := fmt.Sprintf("%s running × %s × %d bytes (%s) = %s B = %s",
+		group(int64(a.Running)), cols, t.ElementBytes, t.DType, group(a.ProductBytes), mibText(a.ProductBytes))
 	if a.TorchPrints == FormatSize(req) {
 		product += fmt.Sprintf("; PyTorch's allocator rounds that block to %s, exactly the size requested", a.TorchPrints)
 	} else {
 		product += fmt.Sprintf("; PyTorch would report it as %s, against %s requested", a.TorchPrints, FormatSize(req))
 	}
 	r.Reasoning = append(r.Reasoning, product)
-	expected := fmt.Sprintf("%d–%d", a.ExpectedMin, a.ExpectedMax)
-	r.Reasoning = append(r.Reasoning, fmt.Sprintf("solved the other way: %s is a logits-sized tensor for %d–%d running sequences; the stats lines allow %s at the moment of death (last line %.0f s earlier said %d, widened by max(%d, %.0f%%) for the requests that came and went since)",
-		FormatSize(req), a.ImpliedMin, a.ImpliedMax, expected, a.StatsAgeS, a.Running, RunningSlackMin, 100*RunningSlackShare))
+	said := fmt.Sprintf("last line %.0f s earlier said %d", a.StatsAgeS, a.Running)
+	if last.Dump {
+		said = fmt.Sprintf("the scheduler state vLLM dumped at the failing step said %d", a.Running)
+	}
+	r.Reasoning = append(r.Reasoning, fmt.Sprintf("solved the other way: %s is that tensor for %d–%d running sequences; the log allows %d–%d at the moment of death (%s, widened by max(%d, %.0f%%) for the requests that came and went)",
+		FormatSize(req), a.ImpliedMin, a.ImpliedMax, a.ExpectedMin, a.ExpectedMax, said, RunningSlackMin, 100*RunningSlackShare))
+	for _, o := range a.Others {
+		verb := "does not match"
+		if o.Match {
+			verb = "matches too"
+		}
+		r.Reasoning = append(r.Reasoning, fmt.Sprintf("the same statement's %s (%s, %s) would be %d–%d running: %s", o.Tensor.Tensor, o.Tensor.Shape, o.Tensor.DType, o.ImpliedMin, o.ImpliedMax, verb))
+	}
 	if a.Match {
-		r.Reasoning = append(r.Reasoning, "→ the bytes requested match running × vocabulary × 4: a temporary the size of the logits")
+		r.Reasoning = append(r.Reasoning, fmt.Sprintf("→ the bytes requested match running × %s × %d: a temporary %s of this batch", shapeCols(t), t.ElementBytes, t.Shape))
 	} else {
-		r.Reasoning = append(r.Reasoning, "→ the bytes requested do not match running × vocabulary × 4: not a logits-sized temporary of this batch")
+		r.Reasoning = append(r.Reasoning, fmt.Sprintf("→ the bytes requested do not match running × %s × %d: not this tensor of this batch", shapeCols(t), t.ElementBytes))
 	}
 	sampler := r.stackReasoning()
 	switch {
@@ -408,14 +501,14 @@ func (r *Report) explain(opts Options) {
 		r.Fix = r.typeOneFix(req)
 	case kvFull:
 		r.Verdict = VerdictKVExhausted
-		r.NotRuledOut = fmt.Sprintf("a temporary of another shape (%s is not logits-sized here) made large by the full cache", FormatSize(req))
+		r.NotRuledOut = fmt.Sprintf("a temporary of another shape (%s is not that tensor of this batch) made large by the full cache", FormatSize(req))
 		r.Fix = []string{
 			fmt.Sprintf("the KV cache was %s full: cap --max-num-seqs or --max-model-len so fewer tokens are held at once", pct(*lastKV)),
 			"or give the KV cache more memory: more GPUs (tensor parallelism); raise --gpu-memory-utilization only if the temporaries still fit",
 		}
 	default:
 		r.Verdict = VerdictUnexplained
-		r.NotRuledOut = "a logits-sized temporary of another dtype or layout (e.g. 2-byte logits or several rows per sequence): compare the implied count with the running count"
+		r.NotRuledOut = "a tensor of another shape or dtype than the statement's (several rows per sequence, a prompt-logprobs batch): compare the implied count with the running count"
 		r.Fix = []string{"no fix follows from the arithmetic: read the innermost frames; re-run the load with a smaller --max-num-seqs and see whether the size follows the batch"}
 	}
 }
@@ -439,8 +532,11 @@ func (r *Report) stackReasoning() bool {
 	if r.CodeLine != "" {
 		text += " (" + r.CodeLine + ")"
 	}
-	low := strings.ToLower(inner + " " + r.CodeLine)
-	sampler := strings.Contains(low, "sampler") || strings.Contains(low, "penalt") || strings.Contains(low, "logits") || strings.Contains(low, "logprobs")
+	// The sampler is on the stack when any frame is in it (the innermost may be a helper such as
+	// get_token_bin_counts_and_mask) and the innermost statement is one the catalogue knows.
+	low := strings.ToLower(strings.Join(r.Frames, " ") + " " + r.CodeLine)
+	onStack := strings.Contains(low, "sampler") || strings.Contains(low, "penalt") || strings.Contains(low, "logprobs")
+	sampler := onStack && allocationsAt(inner, r.CodeLine, float32Logits) != nil
 	if sampler {
 		text += ": the sampler, where tensors of running × vocabulary are made"
 	}
@@ -466,12 +562,12 @@ func (r *Report) capacityText() string {
 func (r *Report) arithmetic(opts Options, req int64, last, prev *StatsPoint) *Arithmetic {
 	vocab, src := VocabSize(opts.VocabSize, r.Model)
 	a := &Arithmetic{Vocab: vocab, VocabSource: src, Running: *last.Running, LastStatsTS: last.TS,
-		StatsAgeS: r.LastWords.TS.Sub(last.TS).Seconds()}
-	a.ProductBytes = int64(a.Running) * int64(vocab) * BytesPerLogit
-	a.TorchPrints = FormatSize(AllocationSize(a.ProductBytes))
-	a.ImpliedMin, a.ImpliedMax, _ = ImpliedRunning(req, vocab)
+		StatsAgeS: r.LastWords.TS.Sub(last.TS).Seconds(), RunningSource: "stats line"}
+	if last.Dump {
+		a.RunningSource = "scheduler state at the failing step"
+	}
 	lo, hi := float64(a.Running), float64(a.Running)
-	if prev != nil && last.TS.After(prev.TS) && a.StatsAgeS > 0 {
+	if !last.Dump && prev != nil && last.TS.After(prev.TS) && a.StatsAgeS > 0 {
 		slope := (float64(*last.Running) - float64(*prev.Running)) / last.TS.Sub(prev.TS).Seconds()
 		e := math.Max(0, float64(a.Running)+slope*a.StatsAgeS)
 		if n, err := strconv.Atoi(r.MaxNumSeqs); err == nil && e > float64(n) {
@@ -482,13 +578,98 @@ func (r *Report) arithmetic(opts Options, req int64, last, prev *StatsPoint) *Ar
 	slack := math.Max(RunningSlackMin, math.Ceil(RunningSlackShare*hi))
 	a.ExpectedMin = int(math.Max(0, math.Floor(lo-slack)))
 	a.ExpectedMax = int(math.Ceil(hi + slack))
-	a.Match = a.ImpliedMax >= a.ImpliedMin && a.ImpliedMin <= a.ExpectedMax && a.ImpliedMax >= a.ExpectedMin
+	var cands []Candidate
+	chosen := -1
+	for _, t := range r.allocations() {
+		cols := vocab
+		if t.VocabPlusOne {
+			cols++
+		}
+		c := Candidate{Tensor: t}
+		var ok bool
+		c.ImpliedMin, c.ImpliedMax, ok = ImpliedRunning(req, int64(cols)*int64(t.ElementBytes))
+		c.Match = ok && c.ImpliedMin <= a.ExpectedMax && c.ImpliedMax >= a.ExpectedMin
+		if c.Match && chosen < 0 {
+			chosen = len(cands)
+		}
+		cands = append(cands, c)
+	}
+	if chosen < 0 {
+		chosen = 0
+	}
+	c := cands[chosen]
+	a.Tensor, a.ImpliedMin, a.ImpliedMax, a.Match = c.Tensor, c.ImpliedMin, c.ImpliedMax, c.Match
+	a.Columns = vocab
+	if c.Tensor.VocabPlusOne {
+		a.Columns++
+	}
+	a.ProductBytes = int64(a.Running) * int64(a.Columns) * int64(c.Tensor.ElementBytes)
+	a.TorchPrints = FormatSize(AllocationSize(a.ProductBytes))
+	a.Others = append(append([]Candidate(nil), cands[:chosen]...), cands[chosen+1:]...)
 	return a
+}
+
+// allocations are the tensors the innermost frame's statement allocates, in the logits' dtype
+// there; a float32 logits-sized temporary when the stack does not name a known statement.
+func (r *Report) allocations() []Allocation {
+	if len(r.Frames) == 0 {
+		return genericLogits()
+	}
+	inner := r.Frames[len(r.Frames)-1]
+	var out []Allocation
+	seen := map[string]bool{}
+	for _, dt := range r.logitsDTypes() {
+		for _, t := range allocationsAt(inner, r.CodeLine, dt) {
+			if k := t.Tensor + "/" + t.DType; !seen[k] {
+				seen[k] = true
+				out = append(out, t)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return genericLogits()
+	}
+	return out
+}
+
+// logitsDTypes is the dtype the logits have where the penalties run. V1's sampler casts them to
+// float32 first (vllm/v1/sample/sampler.py forward, since 0.8); V0's sampler (and V1's before 0.8,
+// whose sampler had its own _apply_penalties) applies the penalties to the model's logits and
+// casts afterwards, so there they have the model's dtype: the engine config's, else float16 or
+// bfloat16 (2 bytes, the usual) and float32 both tried.
+func (r *Report) logitsDTypes() []dtypeInfo {
+	v1, early := false, false
+	for _, f := range r.Frames {
+		v1 = v1 || strings.HasPrefix(f, "vllm/v1/")
+		early = early || f == "vllm/v1/sample/sampler.py:_apply_penalties"
+	}
+	if v1 && !early {
+		return []dtypeInfo{{"float32", bytesFloat32, "float32 because the V1 sampler casts the logits to float32 before the penalties (vllm/v1/sample/sampler.py forward)"}}
+	}
+	why := "the model's dtype, because this sampler applies the penalties before its float32 cast"
+	switch r.DType {
+	case "float16", "bfloat16":
+		return []dtypeInfo{{r.DType, 2, why + " (" + r.DType + " in the engine config)"}}
+	case "float32":
+		return []dtypeInfo{{r.DType, bytesFloat32, why + " (float32 in the engine config)"}}
+	}
+	return []dtypeInfo{
+		{"float16/bfloat16", 2, why + " (the log gives no dtype: float16/bfloat16 assumed)"},
+		{"float32", bytesFloat32, why + " (the log gives no dtype: float32 tried too)"},
+	}
+}
+
+// shapeCols names a tensor's columns for the verdict line.
+func shapeCols(t Allocation) string {
+	if t.VocabPlusOne {
+		return "(vocabulary + 1)"
+	}
+	return "vocabulary"
 }
 
 func (r *Report) typeOneFix(req int64) []string {
 	a := r.Arithmetic
-	row := int64(a.Vocab) * BytesPerLogit
+	row := int64(a.Columns) * int64(a.Tensor.ElementBytes)
 	util := "lower --gpu-memory-utilization"
 	if r.GPUMemoryUtilization != "" {
 		util += " from " + r.GPUMemoryUtilization

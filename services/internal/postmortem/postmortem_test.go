@@ -63,59 +63,129 @@ func checkGolden(t *testing.T, name string, rep postmortem.Report) {
 	}
 }
 
-// TestReferenceCrash reproduces reference §5's reading from logs in the shapes of two vLLM
-// releases: 193 running, KV 15.9%, 112 MiB requested = 193 × 152,064 × 4 bytes → type one limit.
+// TestReferenceCrash reproduces reference §5's reading from logs in the shapes of vLLM 0.8 and
+// 0.10 (V1 engine): 193 running, KV 15.9%, 112 MiB requested = 193 × 152,064 × 4 bytes, the float32
+// product frequency_penalties × output_bin_counts in vllm/model_executor/layers/utils.py
+// apply_penalties → type one limit.
 func TestReferenceCrash(t *testing.T) {
-	for _, name := range []string{"v1_type_one.log", "v0_type_one.log"} {
-		t.Run(name, func(t *testing.T) {
-			rep := analyzeFile(t, name, postmortem.Options{})
-			checkGolden(t, name, rep)
+	for _, tc := range []struct {
+		name    string
+		running []uint32
+		dump    bool
+	}{
+		{"v0_10_type_one.log", []uint32{3, 46, 144, 193, 193}, true},
+		{"v0_8_type_one.log", []uint32{144, 193}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := analyzeFile(t, tc.name, postmortem.Options{})
+			checkGolden(t, tc.name, rep)
 			if !rep.Crashed || rep.Verdict != postmortem.VerdictTypeOne {
 				t.Fatalf("verdict = %q (crashed %v), want %q", rep.Verdict, rep.Crashed, postmortem.VerdictTypeOne)
 			}
 			last := rep.Timeline[len(rep.Timeline)-1]
-			if *last.Running != 193 || *last.KVCacheUsagePerc != 0.159 {
-				t.Errorf("last stats = running %d KV %v, want 193, 0.159", *last.Running, *last.KVCacheUsagePerc)
+			if *last.Running != 193 || last.Dump != tc.dump {
+				t.Errorf("last timeline point = running %d dump %v, want 193, %v", *last.Running, last.Dump, tc.dump)
 			}
 			var running []uint32
 			for _, p := range rep.Timeline {
 				running = append(running, *p.Running)
 			}
-			if !slices.Equal(running, []uint32{3, 46, 144, 193}) {
-				t.Errorf("timeline running = %v, want 3 46 144 193", running)
+			if !slices.Equal(running, tc.running) {
+				t.Errorf("timeline running = %v, want %v", running, tc.running)
 			}
 			lw := rep.LastWords
 			if lw.Exception != "torch.OutOfMemoryError" || *lw.BytesRequested != 112<<20 || *lw.FreeBytes != 89003131 /* 84.88 MiB */ {
 				t.Errorf("last words = %+v", lw)
 			}
 			a := rep.Arithmetic
-			if a.Running != 193 || a.Vocab != 152064 || a.ProductBytes != 117393408 || a.TorchPrints != "112.00 MiB" {
-				t.Errorf("arithmetic = %+v, want 193 × 152,064 × 4 = 117,393,408 B printed as 112.00 MiB", a)
+			if a.Running != 193 || a.Vocab != 152064 || a.Columns != 152064 || a.Tensor.ElementBytes != 4 || a.Tensor.DType != "float32" ||
+				a.ProductBytes != 117393408 || a.TorchPrints != "112.00 MiB" {
+				t.Errorf("arithmetic = %+v, want 193 × 152,064 × 4 (float32) = 117,393,408 B printed as 112.00 MiB", a)
+			}
+			if a.Tensor.Tensor != "frequency_penalties.unsqueeze(dim=1) * output_bin_counts" {
+				t.Errorf("tensor = %+v", a.Tensor)
 			}
 			if a.ImpliedMin != 190 || a.ImpliedMax != 193 || !a.Match {
 				t.Errorf("implied running %d–%d match %v, want 190–193 and a match", a.ImpliedMin, a.ImpliedMax, a.Match)
 			}
-			if inner := rep.Frames[len(rep.Frames)-1]; !strings.HasSuffix(inner, "apply_penalties") {
-				t.Errorf("innermost frame = %q, want the sampler's penalty step", inner)
+			if inner := rep.Frames[len(rep.Frames)-1]; inner != "vllm/model_executor/layers/utils.py:apply_penalties" {
+				t.Errorf("innermost frame = %q, want the penalty step in vllm/model_executor/layers/utils.py", inner)
 			}
 			if !strings.Contains(rep.CodeLine, "frequency_penalties.unsqueeze") {
 				t.Errorf("code line = %q", rep.CodeLine)
 			}
 			text := strings.Join(rep.Reasoning, "\n")
-			for _, want := range []string{"only 15.9% in use", "193 running × 152,064 vocabulary", "= 117,393,408 B = 111.955 MiB", "rounds that block to 112.00 MiB", "the sampler"} {
+			for _, want := range []string{"only 15.9% in use", "193 running × 152,064 vocabulary", "× 4 bytes (float32) = 117,393,408 B = 111.955 MiB", "rounds that block to 112.00 MiB", "the sampler"} {
 				if !strings.Contains(text, want) {
 					t.Errorf("reasoning lacks %q:\n%s", want, text)
 				}
 			}
 			fix := strings.Join(rep.Fix, "\n")
-			if !strings.Contains(fix, "lower --gpu-memory-utilization from 0.9") || !strings.Contains(fix, "cap --max-num-seqs") {
+			if !strings.Contains(fix, "cap --max-num-seqs") || !strings.Contains(fix, "594.00 KiB per running sequence") {
 				t.Errorf("fix = %q", fix)
 			}
-			if rep.Model != "Qwen/Qwen2.5-7B-Instruct-AWQ" {
-				t.Errorf("model = %q", rep.Model)
+			if rep.Model != "Qwen/Qwen2.5-7B-Instruct-AWQ" || rep.DType != "float16" {
+				t.Errorf("model = %q dtype %q", rep.Model, rep.DType)
 			}
 		})
 	}
+}
+
+// TestV0PenaltiesInModelDType: V0's sampler (vllm/model_executor/layers/sampler.py) applies the
+// penalties before its float32 cast, so the product has the model's dtype. With float16 logits
+// the same 193 × 152,064 tensor is 56 MiB, not 112: a reading that assumed 4 bytes would have
+// implied 94–96 running and missed the match.
+func TestV0PenaltiesInModelDType(t *testing.T) {
+	lines := readLog(t, "v0_type_one.log")
+	rep := postmortem.Analyze(lines, postmortem.Options{})
+	checkGolden(t, "v0_type_one.log", withSource(rep, "v0_type_one.log"))
+	a := rep.Arithmetic
+	if rep.Verdict != postmortem.VerdictTypeOne || a.Tensor.DType != "float16" || a.Tensor.ElementBytes != 2 || a.TorchPrints != "56.00 MiB" || a.ImpliedMin > 193 || a.ImpliedMax < 193 {
+		t.Fatalf("verdict %q arithmetic %+v", rep.Verdict, a)
+	}
+	// Without the engine config line the dtype is unknown: both widths are tried, 2 bytes match.
+	var noConfig []schema.EngineLog
+	for _, l := range lines {
+		if !strings.Contains(l.Message, "dtype=torch") {
+			noConfig = append(noConfig, l)
+		}
+	}
+	rep = postmortem.Analyze(noConfig, postmortem.Options{})
+	a = rep.Arithmetic
+	if rep.Verdict != postmortem.VerdictTypeOne || a.Tensor.ElementBytes != 2 || len(a.Others) != 1 ||
+		a.Others[0].Tensor.ElementBytes != 4 || a.Others[0].Match || a.Others[0].ImpliedMin != 94 || a.Others[0].ImpliedMax != 96 {
+		t.Errorf("unknown dtype: verdict %q arithmetic %+v", rep.Verdict, a)
+	}
+}
+
+// TestBinCountsInt64: on main with two data-parallel engines, engine 1 dies allocating the bin
+// counts of get_token_bin_counts_and_mask: torch.zeros((num_seqs, vocab_size + 1), dtype=torch.long),
+// 190 × 152,065 × 8 bytes = 222 MiB. Only engine 1's lines make its timeline; with 4-byte
+// elements the size would have implied about 380 running and no match.
+func TestBinCountsInt64(t *testing.T) {
+	rep := analyzeFile(t, "main_dp2_bin_counts.log", postmortem.Options{})
+	checkGolden(t, "main_dp2_bin_counts.log", rep)
+	a := rep.Arithmetic
+	if rep.Verdict != postmortem.VerdictTypeOne || rep.EngineIndex != "1" || a == nil {
+		t.Fatalf("verdict %q engine %q arithmetic %+v", rep.Verdict, rep.EngineIndex, a)
+	}
+	if a.Running != 190 || a.RunningSource != "scheduler state at the failing step" || a.Columns != 152065 || a.Tensor.DType != "int64" ||
+		a.Tensor.ElementBytes != 8 || a.ProductBytes != 190*152065*8 || a.TorchPrints != "222.00 MiB" || !a.Match {
+		t.Errorf("arithmetic %+v", a)
+	}
+	for _, p := range rep.Timeline {
+		if *p.Running == 193 || *p.Running == 390 {
+			t.Errorf("timeline has another engine's or the aggregated line: %+v", rep.Timeline)
+		}
+	}
+	if lo, hi, _ := postmortem.ImpliedRunning(222<<20, 152064*4); lo < 370 || hi > 390 {
+		t.Errorf("a 4-byte reading implies %d–%d running; the test's premise is wrong", lo, hi)
+	}
+}
+
+func withSource(r postmortem.Report, src string) postmortem.Report {
+	r.Source = src
+	return r
 }
 
 // TestOtherVerdicts: a full KV cache with an allocation that is not logits-sized, and a death
@@ -156,7 +226,7 @@ func TestOtherVerdicts(t *testing.T) {
 // of the allocation differs from the last line's. Without the 15:53:37 line the last one says 144
 // running (5 s earlier); its trend from 46 at 15:53:22 extrapolates to 193, inside 190–193.
 func TestRunningTolerance(t *testing.T) {
-	lines := readLog(t, "v1_type_one.log")
+	lines := readLog(t, "v0_10_type_one.log")
 	drop := func(running uint32) []schema.EngineLog {
 		var out []schema.EngineLog
 		for _, l := range lines {
@@ -196,7 +266,7 @@ func TestRunningTolerance(t *testing.T) {
 // TestAtPicksTheDeath: with two deaths in one log, --at picks the one at or before it.
 func TestAtPicksTheDeath(t *testing.T) {
 	first := readLog(t, "v1_unexplained.log")
-	second := readLog(t, "v1_type_one.log")
+	second := readLog(t, "v0_10_type_one.log")
 	for i := range second {
 		second[i].TS = second[i].TS.Add(time.Hour)
 	}
@@ -211,7 +281,7 @@ func TestAtPicksTheDeath(t *testing.T) {
 }
 
 func TestJSON(t *testing.T) {
-	rep := analyzeFile(t, "v1_type_one.log", postmortem.Options{})
+	rep := analyzeFile(t, "v0_10_type_one.log", postmortem.Options{})
 	js, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +337,7 @@ func TestArithmetic(t *testing.T) {
 // FuzzReadLog feeds arbitrary text through the log reader and the analysis: neither may panic,
 // and every line read is analysed.
 func FuzzReadLog(f *testing.F) {
-	for _, name := range []string{"v1_type_one.log", "v0_type_one.log", "v1_kv_exhausted.log"} {
+	for _, name := range []string{"v0_10_type_one.log", "v0_8_type_one.log", "main_dp2_bin_counts.log", "v0_type_one.log", "v1_kv_exhausted.log"} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			f.Fatal(err)
@@ -294,7 +364,7 @@ func FuzzReadLog(f *testing.F) {
 // TestStackAndKVCaveats: the byte count alone cannot name the tensor (reference §5's self-check),
 // and a full KV cache next to a logits-sized failure is named as not ruled out.
 func TestStackAndKVCaveats(t *testing.T) {
-	base := readLog(t, "v1_type_one.log")
+	base := readLog(t, "v0_10_type_one.log")
 	var noStack []schema.EngineLog
 	for _, l := range base {
 		if strings.Contains(l.Message, `File "`) {
@@ -324,5 +394,21 @@ func TestStackAndKVCaveats(t *testing.T) {
 				t.Errorf("verdict %q, not ruled out %q; want type one and %q", rep.Verdict, rep.NotRuledOut, tc.notRuledOut)
 			}
 		})
+	}
+}
+
+// TestCUDAErrorOutOfMemory: a kernel's "RuntimeError: CUDA error: out of memory" is an
+// out-of-memory death without a size, not "another exception".
+func TestCUDAErrorOutOfMemory(t *testing.T) {
+	text := "(EngineCore_DP0 pid=233) INFO 09-11 15:53:37 [loggers.py:123] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 1.0 tokens/s, Running: 193 reqs, Waiting: 0 reqs, GPU KV cache usage: 15.9%, Prefix cache hit rate: 0.0%\n" +
+		"(EngineCore_DP0 pid=233) ERROR 09-11 15:53:38 [core.py:710] EngineCore encountered a fatal error.\n" +
+		"(EngineCore_DP0 pid=233) ERROR 09-11 15:53:38 [core.py:710] RuntimeError: CUDA error: out of memory\n"
+	lines, err := postmortem.ReadLog(strings.NewReader(text), "e", "inline", readNow, time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := postmortem.Analyze(lines, postmortem.Options{})
+	if !rep.Crashed || rep.Verdict != postmortem.VerdictUnexplained || !strings.Contains(strings.Join(rep.Reasoning, "\n"), "gives no size") {
+		t.Errorf("verdict %q reasoning %q", rep.Verdict, rep.Reasoning)
 	}
 }

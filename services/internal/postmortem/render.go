@@ -14,7 +14,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "postmortem of engine %s (%s, %d lines)\n", orDash(r.Engine), r.Source, r.Lines)
 	if r.Model != "" || r.GPUMemoryUtilization != "" || r.MaxNumSeqs != "" {
-		fmt.Fprintf(&b, "model %s, gpu_memory_utilization %s, max_num_seqs %s\n", orDash(r.Model), orDash(r.GPUMemoryUtilization), orDash(r.MaxNumSeqs))
+		fmt.Fprintf(&b, "model %s, dtype %s, gpu_memory_utilization %s, max_num_seqs %s\n", orDash(r.Model), orDash(r.DType), orDash(r.GPUMemoryUtilization), orDash(r.MaxNumSeqs))
 	}
 	if !r.Crashed {
 		b.WriteString("\nno crash found: no out-of-memory or fatal exception line")
@@ -25,11 +25,18 @@ func (r *Report) WriteText(w io.Writer) error {
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
+	if r.EngineIndex != "" {
+		fmt.Fprintf(&b, "engine %s of the server died (its own stats lines below)\n", r.EngineIndex)
+	}
 	b.WriteString("\nbefore the death (the engine's periodic stats lines):\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  TIME\tRUNNING\tWAITING\tKV CACHE")
+	fmt.Fprintln(tw, "  TIME\tRUNNING\tWAITING\tKV CACHE\tFROM")
 	for _, p := range r.Timeline {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.TS.Format(time.DateTime), u32Text(p.Running), u32Text(p.Waiting), kvText(p.KVCacheUsagePerc))
+		from := "stats line"
+		if p.Dump {
+			from = "scheduler state at the failing step"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", p.TS.Format(time.DateTime), u32Text(p.Running), u32Text(p.Waiting), kvText(p.KVCacheUsagePerc), from)
 	}
 	fmt.Fprintf(tw, "  %s\tdeath\t\t\n", r.LastWords.TS.Format(time.DateTime))
 	if err := tw.Flush(); err != nil {

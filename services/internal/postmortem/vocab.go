@@ -52,27 +52,45 @@ func VocabSize(flag int, model string) (vocab int, source string) {
 
 // Engine settings that vLLM logs at start: V1's "non-default args: {'model': '...', ...}", V0's
 // "args: Namespace(model='...', ...)" and both releases' "Initializing ... engine ... with config:
-// model='...', ...".
+// model='...', ..., dtype=torch.float16, ...".
 var (
 	modelRE     = regexp.MustCompile(`(?:'model': '|model=')([^']+)'`)
 	gpuUtilRE   = regexp.MustCompile(`(?:'gpu_memory_utilization': |gpu_memory_utilization=)([0-9.]+)`)
 	maxSeqsRE   = regexp.MustCompile(`(?:'max_num_seqs': |max_num_seqs=)([0-9]+)`)
+	dtypeRE     = regexp.MustCompile(`(?:\bdtype=torch\.|'dtype': ')(float16|bfloat16|float32|half|float)\b`)
 	modelArgsRE = regexp.MustCompile(`non-default args|args: Namespace\(|Initializing an? (?:LLM|V1 LLM) engine`)
 )
 
-// engineSettings reads the model, gpu_memory_utilization and max_num_seqs from a start-up line.
-func engineSettings(msg string) (model, gpuUtil, maxSeqs string) {
+// settings are the engine settings one start-up line gives.
+type settings struct {
+	model, gpuUtil, maxSeqs, dtype string
+}
+
+// engineSettings reads the model, gpu_memory_utilization, max_num_seqs and the model's dtype
+// from a start-up line.
+func engineSettings(msg string) settings {
+	var s settings
 	if !modelArgsRE.MatchString(msg) {
-		return "", "", ""
+		return s
 	}
 	if m := modelRE.FindStringSubmatch(msg); m != nil {
-		model = strings.TrimSpace(m[1])
+		s.model = strings.TrimSpace(m[1])
 	}
 	if m := gpuUtilRE.FindStringSubmatch(msg); m != nil {
-		gpuUtil = m[1]
+		s.gpuUtil = m[1]
 	}
 	if m := maxSeqsRE.FindStringSubmatch(msg); m != nil {
-		maxSeqs = m[1]
+		s.maxSeqs = m[1]
 	}
-	return model, gpuUtil, maxSeqs
+	if m := dtypeRE.FindStringSubmatch(msg); m != nil {
+		switch m[1] {
+		case "half":
+			s.dtype = "float16"
+		case "float":
+			s.dtype = "float32"
+		default:
+			s.dtype = m[1]
+		}
+	}
+	return s
 }

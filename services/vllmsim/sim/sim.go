@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/servescope/servescope/services/vllmsim/engine"
+	"github.com/servescope/servescope/services/vllmsim/release"
 	"github.com/servescope/servescope/services/vllmsim/simmetrics"
 	"github.com/servescope/servescope/services/vllmsim/simserver"
 	"github.com/servescope/servescope/services/vllmsim/vllmlog"
@@ -28,6 +29,10 @@ type Options struct {
 	APIPID int
 	// Observers get the engine's events besides the log and the metrics (e.g. span export).
 	Observers []engine.Observer
+	// Release is the vLLM release whose /metrics and log formats are emitted (default main).
+	Release release.Release
+	// LogJSON writes the log as a JSON formatter configured through VLLM_LOGGING_CONFIG_PATH does.
+	LogJSON bool
 }
 
 // Sim is an assembled simulator. Run Engine.Run(ctx) in a goroutine and serve Handler.
@@ -61,8 +66,8 @@ func New(o Options) *Sim {
 	}
 	s := &Sim{Clock: o.Clock}
 	tok := engine.NewTokenizer(o.VocabSize)
-	s.Log = vllmlog.New(o.LogWriter, s.Clock, o.APIPID, vllmlog.DefaultGPU())
-	s.Metrics = simmetrics.New(o.Model, o.Engine.MaxModelLen, func() engine.Gauges { return s.Engine.Gauges() })
+	s.Log = vllmlog.NewWith(o.LogWriter, s.Clock, o.APIPID, vllmlog.Options{Release: o.Release, JSON: o.LogJSON})
+	s.Metrics = simmetrics.NewRelease(o.Model, o.Engine.MaxModelLen, func() engine.Gauges { return s.Engine.Gauges() }, o.Release)
 	s.Engine = engine.New(o.Engine, tok, s.Clock, append([]engine.Observer{s.Metrics, s.Log}, o.Observers...)...)
 	o.Server.Model = o.Model
 	s.Handler = simserver.New(o.Server, s.Engine, s.Metrics)

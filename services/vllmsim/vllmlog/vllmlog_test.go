@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/servescope/servescope/services/vllmsim/engine"
+	"github.com/servescope/servescope/services/vllmsim/release"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -35,34 +36,55 @@ func TestAllocationSizeAndFormat(t *testing.T) {
 	}
 }
 
-// TestGoldenLog pins the exact shape of the stats line and the crash traceback that log parsers
-// (servescope's collector) read.
+// TestGoldenLog pins the exact shape of the stats lines and the crash each release's log holds,
+// in text and JSON, which log parsers (servescope's collector) read.
 func TestGoldenLog(t *testing.T) {
-	var buf bytes.Buffer
-	clock := engine.NewClock(1)
-	l := New(&buf, clock, 4242, DefaultGPU())
-	l.Stats(engine.IntervalStats{At: 10, IntervalS: 10, PromptTokens: 880, GenerationTokens: 2560, Running: 3, Waiting: 0, KVCacheUsage: 0.005, PrefixQueries: 100, PrefixHits: 25})
-	l.Stats(engine.IntervalStats{At: 20, IntervalS: 10, Running: 0})
-	l.Stats(engine.IntervalStats{At: 30, IntervalS: 10, Running: 0}) // idle after idle: not logged
-	l.Crashed(engine.CrashInfo{At: 25, Running: 193, VocabSize: 152064, RequestedBytes: 193 * 152064 * 4})
-	l.Shutdown()
-	// Timestamps depend on the wall clock; normalize them.
-	got := regexp.MustCompile(`\d\d-\d\d \d\d:\d\d:\d\d`).ReplaceAllString(buf.String(), "MM-DD hh:mm:ss")
-	path := "testdata/log.golden"
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
+	for _, tc := range []struct {
+		rel  release.Release
+		json bool
+	}{{release.V08V0, false}, {release.V08, false}, {release.V010, false}, {release.Main, false}, {release.Main, true}} {
+		name := "log_" + strings.ReplaceAll(string(tc.rel), ".", "_")
+		if tc.json {
+			name += "_json"
 		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != string(want) {
-		t.Errorf("log differs from %s:\n%s", path, got)
-	}
-	if n := strings.Count(got, "Engine 000:"); n != 2 {
-		t.Errorf("%d stats lines, want 2 (the idle-after-idle one is not logged)", n)
+		t.Run(name, func(t *testing.T) {
+			var buf bytes.Buffer
+			clock := engine.NewClock(1)
+			l := NewWith(&buf, clock, 4242, Options{Release: tc.rel, JSON: tc.json})
+			l.Startup("Qwen/Qwen2.5-7B-Instruct-AWQ", 4096, "127.0.0.1:8000")
+			l.StepDone(engine.StepStats{Preemptions: 2})
+			l.Stats(engine.IntervalStats{At: 10, IntervalS: 10, PromptTokens: 880, GenerationTokens: 2560, Running: 3, Waiting: 0, KVCacheUsage: 0.005, PrefixQueries: 100, PrefixHits: 25})
+			l.Stats(engine.IntervalStats{At: 20, IntervalS: 10, Running: 0})
+			l.Stats(engine.IntervalStats{At: 30, IntervalS: 10, Running: 0}) // idle after idle: not logged
+			l.Crashed(engine.CrashInfo{At: 25, Running: 193, KVCacheUsage: 0.159, VocabSize: 152064, RequestedBytes: 193 * 152064 * 4})
+			l.Shutdown()
+			// Timestamps depend on the wall clock; normalize them.
+			got := regexp.MustCompile(`\d\d-\d\d \d\d:\d\d:\d\d(,\d{3})?`).ReplaceAllString(buf.String(), "MM-DD hh:mm:ss")
+			got = regexp.MustCompile(`"asctime":"[^"]*"`).ReplaceAllString(got, `"asctime":"YYYY-MM-DD hh:mm:ss,mmm"`)
+			path := "testdata/" + name + ".golden"
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != string(want) {
+				t.Errorf("log differs from %s:\n%s", path, got)
+			}
+			wantMiB := "112.00 MiB"
+			if !tc.rel.V1() {
+				wantMiB = "56.00 MiB" // float16 logits in V0's penalty step
+			}
+			if !strings.Contains(got, "Tried to allocate "+wantMiB) {
+				t.Errorf("OOM line does not request %s", wantMiB)
+			}
+			if tc.rel == release.Main && !tc.json && !strings.Contains(got, "Running: 3 reqs, Waiting: 0 reqs, Preemptions: 2, GPU KV cache usage: 0.5%") {
+				t.Errorf("main's stats line lacks the preemptions field")
+			}
+		})
 	}
 }
 

@@ -1,0 +1,1 @@
+ALTER TABLE engine_logs DROP COLUMN IF EXISTS engine_index;
