@@ -98,11 +98,11 @@ type ObserverOptions struct {
 func NewObserver(opt ObserverOptions) *Observer {
 	o := &Observer{endpoint: opt.Endpoint, script: opt.Script, strip: opt.StripUsage, holding: opt.StripUsage,
 		capture: opt.Capture, captureMax: opt.CaptureMax}
-	max := opt.MaxBodyBytes
-	if max <= 0 {
-		max = 8 << 20
+	budget := opt.MaxBodyBytes
+	if budget <= 0 {
+		budget = 8 << 20
 	}
-	o.body = newBodyMembers(max, skipBodyMember)
+	o.body = newBodyMembers(budget, skipBodyMember)
 	return o
 }
 
