@@ -45,8 +45,9 @@ func fullEvents() []schema.Event {
 		TTFTS:        ptr(0.041), TPOTS: ptr(0.0123), E2ES: ptr(1.136), QueueS: ptr(0.002), PrefillS: ptr(0.035),
 		DecodeS: ptr(1.09), ScheduledToFirstTokenS: ptr(0.037), EngineITLS: ptr(0.0121),
 		PromptTokens: ptr(uint32(412)), CompletionTokens: ptr(uint32(88)), CachedTokens: ptr(uint32(256)),
-		TokensEstimated: true, FinishReason: "length", MaxTokens: ptr(uint32(256)),
-		TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", Upstream: "http://127.0.0.1:8000", Gateway: "gw-1",
+		TokensEstimated: true, FinishReason: "length", FinishReasons: []string{"length", "stop"}, MaxTokens: ptr(uint32(256)),
+		ResponseID: "chatcmpl-2Iq3zZNkYd3wBpRc6Z6pW0Y1yTd", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", TraceSampled: ptr(false),
+		Upstream: "http://127.0.0.1:8000", Gateway: "gw-1",
 		PromptText: "Résumé of <b>Q3</b> & \"Ünïcode\" — 日本語のテキスト", OutputText: "Here is the summary: ✓ done.",
 	}
 	ar := &schema.AppRecord{

@@ -189,18 +189,36 @@ type RequestFinished struct {
 	// ErrorMessage is the error text (truncated to 8 KiB).
 	ErrorMessage string `json:"error_message,omitempty" jsonschema:"maxLength=8192"`
 	// TTFTS is the time to first token: seconds, measured at the gateway from request arrival to
-	// the first chunk with non-empty content (not the role-only first chunk).
+	// the first stream event carrying generated output of any kind, for any choice: text (`text`,
+	// `delta.content`), reasoning (`delta.reasoning_content` up to vLLM 0.10, `delta.reasoning`
+	// after), a tool-call delta, or for /v1/responses the first `response.*.delta` event with a
+	// non-empty delta. Never the role-only first chunk. Streams only: absent for a non-streaming
+	// answer, whose first token the gateway cannot see (request_facts derives one from queue_s +
+	// scheduled_to_first_token_s or from the engine span).
 	TTFTS *float64 `json:"ttft_s,omitempty" jsonschema:"minimum=0"`
-	// TPOTS is the mean time per output token after the first: seconds, measured at the gateway
-	// as (last content chunk time − first content chunk time) ÷ (completion tokens − 1).
+	// TPOTS is the mean time per output token after the first, per choice: seconds, measured at
+	// the gateway as Σc (lastc − firstc) ÷ (completion_tokens − k). For each of the k choices
+	// that generated tokens, firstc is when its first chunk carrying tokens (any chunk but the
+	// role-only one) arrived and lastc when its last chunk (the finish chunk included) arrived;
+	// completion_tokens is the usage total, which vLLM sums over every choice and prompt. With one
+	// choice that is (last − first) ÷ (completion_tokens − 1). The choices of n > 1 or of several
+	// prompts are generated side by side, so this is each choice's inter-token time, as the
+	// engine's; one timeline divided by every choice's tokens would be 1/n of it. For
+	// /v1/responses the one output sequence is the choice. Streams only; absent when no choice
+	// has two tokens.
 	TPOTS *float64 `json:"tpot_s,omitempty" jsonschema:"minimum=0"`
 	// E2ES is the end-to-end latency: seconds from arrival to the last byte sent to the client.
 	E2ES *float64 `json:"e2e_s,omitempty" jsonschema:"minimum=0"`
-	// QueueS is the engine's queue wait in seconds (vLLM per-request metrics `queue_time_ms`).
+	// QueueS is the engine's queue wait in seconds: vLLM's per-request timing object
+	// `metrics.queue_time_ms` (scheduled − queued). vLLM sends that object only when started with
+	// --enable-per-request-metrics, and only for a single prompt with n = 1.
 	QueueS *float64 `json:"queue_s,omitempty" jsonschema:"minimum=0"`
-	// PrefillS is the engine's prefill time in seconds, when the engine reports it.
+	// PrefillS is an engine's prefill time in seconds. The gateway leaves it absent: no vLLM
+	// response carries a prefill time (the timing object has none); the engine span's is in
+	// engine_spans.prefill_s.
 	PrefillS *float64 `json:"prefill_s,omitempty" jsonschema:"minimum=0"`
-	// DecodeS is the engine's generation (decode) time in seconds (vLLM `generation_time_ms`).
+	// DecodeS is the engine's decode time in seconds: `metrics.generation_time_ms`, first output
+	// token to last, without queue wait and prefill.
 	DecodeS *float64 `json:"decode_s,omitempty" jsonschema:"minimum=0"`
 	// ScheduledToFirstTokenS is seconds from the engine scheduling the request to its first output
 	// token, as the engine reports it in its per-request timing object (vLLM `metrics.
@@ -208,23 +226,52 @@ type RequestFinished struct {
 	// it is not a TTFT: queue_s + scheduled_to_first_token_s is the engine's time from arrival.
 	// Events written before this name carried it as `engine_ttft_s`; decoders read both.
 	ScheduledToFirstTokenS *float64 `json:"scheduled_to_first_token_s,omitempty" jsonschema:"minimum=0"`
-	// EngineITLS is the engine's mean inter-token latency in seconds (vLLM `mean_itl_ms`).
+	// EngineITLS is the engine's mean inter-token latency in seconds (`metrics.mean_itl_ms`).
 	EngineITLS *float64 `json:"engine_itl_s,omitempty" jsonschema:"minimum=0"`
-	// PromptTokens is usage.prompt_tokens (OTel gen_ai.usage.input_tokens).
+	// PromptTokens is usage.prompt_tokens, summed over the prompts of a request (input_tokens for
+	// /v1/responses; OTel gen_ai.usage.input_tokens).
 	PromptTokens *uint32 `json:"prompt_tokens,omitempty"`
-	// CompletionTokens is usage.completion_tokens (OTel gen_ai.usage.output_tokens).
+	// CompletionTokens is usage.completion_tokens, summed over every choice and prompt
+	// (output_tokens for /v1/responses, reasoning included; 0 for /v1/embeddings as vLLM reports
+	// it; OTel gen_ai.usage.output_tokens).
 	CompletionTokens *uint32 `json:"completion_tokens,omitempty"`
-	// CachedTokens is usage.prompt_tokens_details.cached_tokens (prefix-cache hits).
+	// CachedTokens is usage.prompt_tokens_details.cached_tokens, the prompt tokens served from the
+	// prefix cache (input_tokens_details.cached_tokens for /v1/responses). Absent when unknown:
+	// vLLM sends the details only with --enable-prompt-tokens-details and then leaves them null
+	// when no token came from the cache, so a null means 0 only on such engines; the gateway
+	// records that 0 when GATEWAY_ENGINE_PROMPT_TOKENS_DETAILS says every engine runs with the
+	// flag. A cache-hit share is sum(cached_tokens) ÷ sum(prompt_tokens) over rows where
+	// cached_tokens is not null.
 	CachedTokens *uint32 `json:"cached_tokens,omitempty"`
-	// TokensEstimated is true when the engine gave no usage and the gateway estimated the counts
-	// (completion tokens from the number of content chunks).
+	// TokensEstimated is true when the engine gave no usage and the gateway estimated the counts:
+	// completion tokens from the number of chunks carrying tokens (a stream) or about four bytes
+	// of text a token (a body), prompt tokens from prompt_bytes.
 	TokensEstimated bool `json:"tokens_estimated,omitempty"`
-	// FinishReason is OpenAI's finish_reason of the first choice: "stop", "length", ...
+	// FinishReason is OpenAI's finish_reason of choice index 0: "stop", "length", "tool_calls",
+	// ... (FinishReasons has every choice's). For /v1/responses, "stop" for status completed,
+	// "length" for incomplete with reason max_output_tokens (vLLM maps the engine's "length" to
+	// that), otherwise the incomplete reason.
 	FinishReason string `json:"finish_reason,omitempty" jsonschema:"maxLength=64"`
+	// FinishReasons is the finish_reason of every choice by choice index, "" for a choice that
+	// ended without one (the stream broke or the client left); OTel gen_ai.response.finish_reasons.
+	// A completion with several prompts numbers its choices output index + prompt index × n. At
+	// most 1024 entries (the first choices); absent when no choice reported one.
+	// has(finish_reasons, 'length') says whether any choice was cut at max_tokens.
+	FinishReasons []string `json:"finish_reasons,omitempty" jsonschema:"maxItems=1024,maxLength=64"`
+	// ResponseID is the `id` the engine gave its answer (OTel gen_ai.response.id): for vLLM
+	// "chatcmpl-<X-Request-Id>", "cmpl-<X-Request-Id>", "embd-<X-Request-Id>", or "resp_<uuid>"
+	// for /v1/responses, which ignores X-Request-Id. vLLM's engine request ids, which its spans
+	// carry as gen_ai.request.id, derive from it (docs/vllm-compatibility.md, section 2).
+	ResponseID string `json:"response_id,omitempty" jsonschema:"maxLength=256"`
 	// MaxTokens is the requested max_tokens; absent when not set.
 	MaxTokens *uint32 `json:"max_tokens,omitempty"`
 	// TraceID is the W3C trace id (32 hex) forwarded to the engine.
 	TraceID string `json:"trace_id,omitempty" jsonschema:"maxLength=32"`
+	// TraceSampled is the sampled flag of the traceparent forwarded to the engine. False when the
+	// client sent a traceparent with the flag off: the gateway forwards the client's decision, and
+	// vLLM's parent-based sampling then records no span for the request, which is why its engine
+	// phases are missing. The gateway's own traceparents are sampled.
+	TraceSampled *bool `json:"trace_sampled,omitempty"`
 	// Upstream is the engine base URL the request went to.
 	Upstream string `json:"upstream,omitempty" jsonschema:"maxLength=1024"`
 	// Gateway is the gateway instance that saw the request.

@@ -12,14 +12,37 @@ import (
 // (a clock that far ahead would put the event outside every detection window).
 const MaxFutureSkew = 5 * time.Minute
 
-// String size limits, in bytes.
+// Size limits of string fields, in bytes, as Validate enforces them (and the JSON Schema states
+// them as maxLength). Producers bound what they copy from outside with [Truncate] to these.
 const (
-	maxID      = 128
-	maxLabel   = 256
-	maxURL     = 1024
-	maxMessage = 8 << 10
-	maxLine    = 16 << 10
-	maxContent = 256 << 10
+	// MaxIDBytes bounds ids: event_id, request_id.
+	MaxIDBytes = 128
+	// MaxLabelBytes bounds labels: model, endpoint, versions, error_code, gateway, response_id.
+	MaxLabelBytes = 256
+	// MaxURLBytes bounds URLs and engine names: upstream, engine, source.
+	MaxURLBytes = 1024
+	// MaxMessageBytes bounds error messages.
+	MaxMessageBytes = 8 << 10
+	// MaxLineBytes bounds one engine log line.
+	MaxLineBytes = 16 << 10
+	// MaxContentBytes bounds captured prompt and output text.
+	MaxContentBytes = 256 << 10
+	// MaxFinishReasonBytes bounds one finish reason.
+	MaxFinishReasonBytes = 64
+	// MaxTraceIDBytes is the length of a W3C trace id in hex.
+	MaxTraceIDBytes = 32
+	// MaxFinishReasons bounds finish_reasons (one per choice).
+	MaxFinishReasons = 1024
+)
+
+// Short names for the limits inside this file.
+const (
+	maxID      = MaxIDBytes
+	maxLabel   = MaxLabelBytes
+	maxURL     = MaxURLBytes
+	maxMessage = MaxMessageBytes
+	maxLine    = MaxLineBytes
+	maxContent = MaxContentBytes
 )
 
 // FieldError is one invalid field.
@@ -161,7 +184,7 @@ func (e *RequestStarted) ValidateAt(now time.Time) error {
 	v.ts("arrival_ts", e.ArrivalTS, true)
 	v.str("model", e.Model, maxLabel)
 	v.required("endpoint", e.Endpoint, maxLabel)
-	v.str("trace_id", e.TraceID, 32)
+	v.str("trace_id", e.TraceID, MaxTraceIDBytes)
 	v.str("gateway", e.Gateway, maxLabel)
 	return v.result()
 }
@@ -196,8 +219,15 @@ func (e *RequestFinished) ValidateAt(now time.Time) error {
 	} {
 		v.duration(d.name, d.val)
 	}
-	v.str("finish_reason", e.FinishReason, 64)
-	v.str("trace_id", e.TraceID, 32)
+	v.str("finish_reason", e.FinishReason, MaxFinishReasonBytes)
+	if len(e.FinishReasons) > MaxFinishReasons {
+		v.add("finish_reasons", "%d finish reasons, over the limit of %d", len(e.FinishReasons), MaxFinishReasons)
+	}
+	for i, r := range e.FinishReasons {
+		v.str(fmt.Sprintf("finish_reasons[%d]", i), r, MaxFinishReasonBytes)
+	}
+	v.str("response_id", e.ResponseID, maxLabel)
+	v.str("trace_id", e.TraceID, MaxTraceIDBytes)
 	v.str("upstream", e.Upstream, maxURL)
 	v.str("gateway", e.Gateway, maxLabel)
 	v.str("prompt_text", e.PromptText, maxContent)

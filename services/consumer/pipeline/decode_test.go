@@ -50,6 +50,17 @@ func FuzzDecodeMatchesSchema(f *testing.F) {
 		{`"finish_reason":"stop"}`, `"finish_reason":"stop"} x`},
 		{`"finish_reason":"stop"}`, `"finish_reason":"stop",}`},
 		{`"finish_reason":"stop"}`, `"finish_reason":"stop","passages":[]}`},
+		{`"finish_reason":"stop"}`, `"finish_reason":"stop","finish_reasons":["stop","length",""],"response_id":"chatcmpl-x","trace_sampled":false}`},
+		{`"finish_reason":"stop"}`, `"finish_reason":"stop","finish_reasons":[]}`},
+		{`"finish_reason":"stop"}`, `"finish_reason":"stop","finish_reasons":[ "a" , "b" ]}`},
+		{`"finish_reason":"stop"}`, `"finish_reason":"stop","finish_reasons":["a",]}`},
+		{`"finish_reason":"stop"}`, `"finish_reason":"stop","finish_reasons":["a"],"finish_reasons":["b","c"]}`},
+		{`"finish_reason":"stop"}`, `"finish_reason":"stop","finish_reasons":[1]}`},
+		{`"finish_reason":"stop"}`, `"finish_reason":"stop","finish_reasons":["\u0061"]}`},
+		{`"finish_reason":"stop"}`, `"finish_reason":"stop","finish_reasons":null}`},
+		{`"finish_reason":"stop"}`, `"finish_reason":"stop","finish_reasons":"stop"}`},
+		{`"finish_reason":"stop"}`, `"finish_reason":"stop","trace_sampled":null}`},
+		{`"finish_reason":"stop"}`, `"finish_reason":"stop","response_id":["x"]}`},
 	} {
 		f.Add("request.finished", []byte(strings.Replace(rf, edit.old, edit.new, 1)))
 	}
@@ -113,4 +124,22 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The gateway's typical request.finished, with every field it fills, takes the fast path.
+func TestFastPathReadsGatewayEvents(t *testing.T) {
+	ts := time.Date(2026, 11, 30, 11, 0, 0, 0, time.UTC)
+	e := eventgen.RequestFinished(1, ts)
+	e.FinishReasons = []string{"stop", "length"}
+	e.ResponseID = "chatcmpl-req-1"
+	e.TraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	e.TraceSampled = new(bool)
+	data := eventgen.Encode(e)
+	got, ok := fastRequestFinished(string(data))
+	if !ok {
+		t.Fatalf("fast path gave up on %s", data)
+	}
+	if !reflect.DeepEqual(got, e) {
+		t.Fatalf("fast path read %#v, want %#v", got, e)
+	}
 }

@@ -10,18 +10,20 @@ import (
 // A hand-written reader for the two events that come once per request (request.started and
 // request.finished), which make up most of the stream. encoding/json spends most of its time in
 // reflection; this reader handles the shape the gateway publishes — one flat object of known
-// keys with numbers, booleans and strings without escapes — and gives up (ok = false) on
-// anything else: unknown or differently-cased keys, null, escapes, nested values, malformed
-// JSON. Giving up is always safe, since the caller then uses encoding/json. What it accepts it
+// keys with numbers, booleans, strings without escapes and arrays of such strings — and gives up
+// (ok = false) on anything else: unknown or differently-cased keys, null, escapes, objects,
+// other arrays, malformed JSON. Giving up is always safe, since the caller then uses encoding/json. What it accepts it
 // decodes exactly as encoding/json would (same number parsing, time.Time's own UnmarshalJSON),
 // which FuzzDecodeMatchesSchema checks.
 
-// jsonValue is one scalar value: typ is '"' (s holds the string without quotes), 'n' (a number,
-// s holds its text), 't' or 'f'. raw is the value's bytes as written (quotes included).
+// jsonValue is one value: typ is '"' (s holds the string without quotes), 'n' (a number, s holds
+// its text), 't', 'f', or '[' (an array of strings, held in items). raw is the value's bytes as
+// written (quotes included).
 type jsonValue struct {
-	typ byte
-	s   string
-	raw string
+	typ   byte
+	s     string
+	raw   string
+	items []string
 }
 
 // scanFlatObject calls set for each member of the flat JSON object in text and reports whether
@@ -62,7 +64,10 @@ func scanFlatObject(text string, set func(key string, v jsonValue) bool) bool {
 			v.typ, j, ok = 't', j+4, true
 		case len(text)-j >= 5 && text[j:j+5] == "false":
 			v.typ, j, ok = 'f', j+5, true
-		default: // null, objects, arrays, garbage
+		case c == '[':
+			v.typ = '['
+			v.items, j, ok = scanStringArray(text, j)
+		default: // null, objects, garbage
 			return false
 		}
 		if !ok {
@@ -110,6 +115,35 @@ func scanString(s string, i int) (string, int, bool) {
 	return "", len(s), false
 }
 
+// scanStringArray reads an array of strings without escapes starting at s[i] == '['. An empty
+// array gives an empty, non-nil slice, as encoding/json decodes it.
+func scanStringArray(s string, i int) ([]string, int, bool) {
+	items := []string{}
+	i = skipSpace(s, i+1)
+	if i < len(s) && s[i] == ']' {
+		return items, i + 1, true
+	}
+	for {
+		item, j, ok := scanString(s, i)
+		if !ok {
+			return nil, j, false
+		}
+		items = append(items, item)
+		j = skipSpace(s, j)
+		if j >= len(s) {
+			return nil, j, false
+		}
+		switch s[j] {
+		case ',':
+			i = skipSpace(s, j+1)
+		case ']':
+			return items, j + 1, true
+		default:
+			return nil, j, false
+		}
+	}
+}
+
 // scanNumber reads a number of JSON's grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
 func scanNumber(s string, i int) (int, bool) {
 	digits := func(i int) int {
@@ -155,6 +189,14 @@ func setString(dst *string, v jsonValue) bool {
 		return false
 	}
 	*dst = v.s
+	return true
+}
+
+func setStrings(dst *[]string, v jsonValue) bool {
+	if v.typ != '[' {
+		return false
+	}
+	*dst = v.items
 	return true
 }
 
@@ -310,6 +352,10 @@ func fastRequestFinished(text string) (*schema.RequestFinished, bool) {
 			return setBool(&e.TokensEstimated, v)
 		case "finish_reason":
 			return setString(&e.FinishReason, v)
+		case "finish_reasons":
+			return setStrings(&e.FinishReasons, v)
+		case "response_id":
+			return setString(&e.ResponseID, v)
 		case "max_tokens":
 			return setUint32Ptr(&e.MaxTokens, v)
 		case "output_foreign_chars":
@@ -318,6 +364,8 @@ func fastRequestFinished(text string) (*schema.RequestFinished, bool) {
 			return setBoolPtr(&e.OutputScriptViolation, v)
 		case "trace_id":
 			return setString(&e.TraceID, v)
+		case "trace_sampled":
+			return setBoolPtr(&e.TraceSampled, v)
 		case "upstream":
 			return setString(&e.Upstream, v)
 		case "gateway":

@@ -199,3 +199,43 @@ func TestTokenDependsOnEveryKey(t *testing.T) {
 		t.Error("token is not deterministic")
 	}
 }
+
+// The gateway's per-choice finish reasons, response id and trace sampling decision land in
+// their columns; an event without them stores an empty array and NULL, not a guess.
+func TestRequestChoicesAndTraceColumns(t *testing.T) {
+	t.Parallel()
+	conn, _ := testenv.ClickHouse(t)
+	ctx := context.Background()
+	s := New(conn)
+	base := time.Now().Add(-time.Minute).UTC()
+	with := eventgen.RequestFinished(1, base)
+	with.FinishReasons = []string{"stop", "length", ""}
+	with.ResponseID = "cmpl-" + with.RequestID
+	sampled := false
+	with.TraceSampled = &sampled
+	without := eventgen.RequestFinished(2, base)
+	events := []schema.Event{with, without}
+	if err := s.InsertEvents(ctx, schema.KindRequestFinished, events, Token("rf", []string{with.EventID, without.EventID})); err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		reasons []string
+		respID  string
+		sampled *bool
+		anyLen  uint8
+	}
+	read := func(id string) row {
+		var r row
+		if err := conn.QueryRow(ctx, "SELECT finish_reasons, response_id, trace_sampled, has(finish_reasons, 'length') FROM requests WHERE request_id = ?", id).
+			Scan(&r.reasons, &r.respID, &r.sampled, &r.anyLen); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := read(with.RequestID); !slices.Equal(r.reasons, with.FinishReasons) || r.respID != with.ResponseID || r.sampled == nil || *r.sampled || r.anyLen != 1 {
+		t.Errorf("row with the fields: %+v", r)
+	}
+	if r := read(without.RequestID); len(r.reasons) != 0 || r.respID != "" || r.sampled != nil || r.anyLen != 0 {
+		t.Errorf("row without the fields: %+v", r)
+	}
+}

@@ -99,21 +99,25 @@ func tableDefs() map[schema.Kind]*table {
 				"event_id", "request_id", "ts", "arrival_ts", "finished_ts", "model", "endpoint", "stream",
 				"status_code", "error_layer", "error_code", "error_message", "queue_s", "prefill_s",
 				"decode_s", "ttft_s", "tpot_s", "e2e_s", "scheduled_to_first_token_s", "engine_itl_s", "prompt_tokens",
-				"completion_tokens", "cached_tokens", "tokens_estimated", "finish_reason", "max_tokens",
-				"output_foreign_chars", "output_script_violation", "app", "prompt_version",
-				"config_version", "index_version", "embedding_model_version", "trace_id", "upstream",
-				"gateway", "prompt_text", "output_text",
+				"completion_tokens", "cached_tokens", "tokens_estimated", "finish_reason", "finish_reasons",
+				"response_id", "max_tokens", "output_foreign_chars", "output_script_violation", "app",
+				"prompt_version", "config_version", "index_version", "embedding_model_version", "trace_id",
+				"trace_sampled", "upstream", "gateway", "prompt_text", "output_text",
 			},
 			row: func(dst []any, ev schema.Event) []any {
 				e := ev.(*schema.RequestFinished)
+				finishReasons := e.FinishReasons
+				if finishReasons == nil {
+					finishReasons = []string{}
+				}
 				return append(dst,
 					e.EventID, e.RequestID, e.TS, e.ArrivalTS, e.FinishedTS, e.Model, e.Endpoint, e.Stream,
 					e.StatusCode, e.ErrorLayer, e.ErrorCode, e.ErrorMessage, e.QueueS, e.PrefillS,
 					e.DecodeS, e.TTFTS, e.TPOTS, e.E2ES, e.ScheduledToFirstTokenS, e.EngineITLS, e.PromptTokens,
-					e.CompletionTokens, e.CachedTokens, e.TokensEstimated, e.FinishReason, e.MaxTokens,
-					e.OutputForeignChars, e.OutputScriptViolation, e.App, e.PromptVersion,
-					e.ConfigVersion, e.IndexVersion, e.EmbeddingModelVersion, e.TraceID, e.Upstream,
-					e.Gateway, e.PromptText, e.OutputText,
+					e.CompletionTokens, e.CachedTokens, e.TokensEstimated, e.FinishReason, finishReasons,
+					e.ResponseID, e.MaxTokens, e.OutputForeignChars, e.OutputScriptViolation, e.App,
+					e.PromptVersion, e.ConfigVersion, e.IndexVersion, e.EmbeddingModelVersion, e.TraceID,
+					e.TraceSampled, e.Upstream, e.Gateway, e.PromptText, e.OutputText,
 				)
 			},
 		},

@@ -11,8 +11,9 @@ import (
 const (
 	// HeaderRequestID carries the request id: the client's, or a KSUID the gateway made.
 	HeaderRequestID = "X-Request-Id"
-	// HeaderTraceparent is the W3C trace context header.
+	// HeaderTraceparent and HeaderTracestate are the W3C Trace Context headers.
 	HeaderTraceparent = "Traceparent"
+	HeaderTracestate  = "Tracestate"
 )
 
 // hopHeaders are connection-level headers a proxy must not forward (RFC 9110 §7.6.1).
@@ -59,11 +60,27 @@ func copyHeaders(dst, src http.Header) {
 	}
 }
 
-// traceparent returns the traceparent to forward and its trace id: the client's when it is a
-// valid version-00 header, otherwise a new one with random ids, sampled.
-func traceparent(in string) (header, traceID string) {
+// traceContext is the trace context the gateway forwards to the engine.
+type traceContext struct {
+	// header is the traceparent value.
+	header string
+	// id is its trace id (32 hex).
+	id string
+	// sampled is its sampled flag (bit 0 of trace-flags).
+	sampled bool
+	// replaced is set when the client's traceparent was absent or invalid and the gateway made
+	// this one; the client's tracestate belongs to no valid traceparent then and is not forwarded.
+	replaced bool
+}
+
+// traceparent returns the trace context to forward: the client's traceparent when it is a valid
+// version-00 header, kept as is whatever its sampled flag (the gateway does not overrule the
+// client's sampling decision; request.finished records it as trace_sampled), otherwise a new one
+// with random ids, sampled.
+func traceparent(in string) traceContext {
 	if validTraceparent(in) {
-		return in, in[3:35]
+		flags, _ := hex.DecodeString(in[53:55])
+		return traceContext{header: in, id: in[3:35], sampled: flags[0]&1 == 1}
 	}
 	var b [24]byte
 	for {
@@ -82,7 +99,7 @@ func traceparent(in string) (header, traceID string) {
 	hex.Encode(out[36:52], b[16:24])
 	copy(out[52:55], "-01")
 	s := string(out[:])
-	return s, s[3:35]
+	return traceContext{header: s, id: s[3:35], sampled: true, replaced: true}
 }
 
 // validTraceparent checks the W3C shape 00-<32 hex>-<16 hex>-<2 hex> with non-zero ids.

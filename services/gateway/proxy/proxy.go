@@ -1,18 +1,28 @@
 // Package proxy is the gateway's reverse proxy: it forwards any path and method to an engine,
-// streams responses chunk by chunk, and records request.started and request.finished for chat
-// and text completions.
+// streams responses as they arrive, and records request.started and request.finished for chat
+// completions, text completions, the Responses API and embeddings.
 //
-// Bodies pass unchanged with one exception: for a streaming completion whose client did not ask
-// for stream_options.include_usage, the gateway asks the engine for it (to record exact token
-// counts) and removes the engine's final usage-only chunk (`"choices":[]` with `usage`) from what
-// the client receives, so the client gets the bytes the engine would have sent it without the
-// gateway. For recorded routes the gateway also drops Accept-Encoding, because it must read the
-// response.
+// What a client receives is exactly what the engine sent, with these documented exceptions:
+//
+//   - Asking for usage: for a streamed chat or text completion that would get no usage, the
+//     gateway asks the engine for its final usage-only chunk (record.AskUsage says when that
+//     changes nothing else) and removes that one chunk from the client's stream (Options.AskUsage).
+//   - Recorded routes lose Accept-Encoding upstream, because the gateway must read the response
+//     (vLLM compresses nothing by default, so its bytes do not change).
+//   - X-Request-Id: the gateway sends the client's, or a KSUID of its own, to the engine (vLLM
+//     names the answer after it: "chatcmpl-<id>") and returns it in the response headers.
+//   - traceparent: an absent or invalid one is replaced by a new sampled one (with tracestate
+//     dropped, as W3C Trace Context says).
+//   - The gateway's own failures (body too large, engine unreachable or timing out) are answered
+//     in vLLM's error shape with the gateway's status.
+//   - When the engine breaks off mid-answer, the client's connection is broken off too
+//     (http.ErrAbortHandler), after the bytes the engine sent, as a bare proxy would.
 package proxy
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,13 +39,8 @@ import (
 	"github.com/servescope/servescope/services/gateway/record"
 )
 
-// Recorded routes.
-const (
-	RouteChat        = "/v1/chat/completions"
-	RouteCompletions = "/v1/completions"
-	// RouteOther labels every other proxied path in metrics.
-	RouteOther = "other"
-)
+// RouteOther labels every proxied path but the recorded endpoints in metrics.
+const RouteOther = "other"
 
 // StatusClientClosed is the status recorded when the client went away first (nginx's 499).
 const StatusClientClosed = 499
@@ -59,10 +64,19 @@ type Options struct {
 	Script *record.ScriptCheck
 	// Capture, when set, stores prompt and output text (redacted, truncated) in request.finished.
 	Capture *record.Capture
+	// AskUsage asks the engine for the final usage chunk of streams whose client did not, and
+	// removes that chunk from the client's stream, so token counts are exact. Turn it off for
+	// engines started with --enable-force-include-usage: they send that chunk to every client,
+	// and removing it would change the answer.
+	AskUsage bool
+	// PromptTokensDetails says every engine runs with --enable-prompt-tokens-details. vLLM then
+	// leaves usage.prompt_tokens_details out (null) exactly when no prompt token came from the
+	// prefix cache, so a usage without it records cached_tokens 0; otherwise it stays unknown.
+	PromptTokensDetails bool
 	// MaxBodyBytes bounds request bodies; larger ones get 413.
 	MaxBodyBytes int64
-	// MaxParseBytes bounds how much of a non-streaming response is kept to read usage and errors
-	// from (default 8 MiB); a larger body is forwarded whole but recorded without them.
+	// MaxParseBytes bounds what is kept of a non-streaming response's members to read them
+	// (default 8 MiB); a larger member is forwarded but not read (the usage after it still is).
 	MaxParseBytes int
 	// Gateway names this instance in records (e.g. the host name).
 	Gateway string
@@ -87,7 +101,6 @@ type Handler struct {
 	events    chan schema.Event
 	closeOnce sync.Once
 	recorded  sync.WaitGroup
-	detached  sync.WaitGroup // exchanges reading an engine's tail after answering
 }
 
 // recordQueue bounds the records waiting for the recording goroutine; when it is full, the
@@ -140,7 +153,6 @@ func (h *Handler) record() {
 // Close hands the remaining records to the publisher. Call it after the HTTP server has drained
 // (no request is in flight) and before closing the publisher.
 func (h *Handler) Close() {
-	h.detached.Wait()
 	h.closeOnce.Do(func() { close(h.events) })
 	h.recorded.Wait()
 }
@@ -165,54 +177,59 @@ func NewTransport(dialTimeout, headerTimeout time.Duration) *http.Transport {
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// routeOf maps a path to its metrics label.
+// routeOf maps a path to its metrics label: the recorded endpoint, or RouteOther.
 func routeOf(path string) string {
-	switch path {
-	case RouteChat, RouteCompletions:
-		return path
+	if e, ok := record.EndpointOf(path); ok {
+		return string(e)
 	}
 	return RouteOther
 }
 
-// exchange is one proxied request's state.
-type exchange struct {
-	h        *Handler
-	w        http.ResponseWriter
-	r        *http.Request
-	arrival  time.Time
-	rid      string
-	trace    string
-	traceID  string
-	route    string
-	up       *upstream
-	recorded bool
+// phase is how far an exchange has come. It only moves forward.
+type phase uint8
 
-	req        record.Request
-	body       []byte // buffered body of a recorded request
-	stripUsage bool
+const (
+	// phaseRequest: reading the client's request; nothing went to the engine yet.
+	phaseRequest phase = iota
+	// phaseUpstream: the request went to the engine; nothing went to the client yet.
+	phaseUpstream
+	// phaseResponding: the response headers went to the client; the body is being copied.
+	phaseResponding
+	// phaseAnswered: the client has the whole answer (the stream's last event, or the whole
+	// body). What happens after it (the client hanging up, the engine's connection closing) is
+	// no failure.
+	phaseAnswered
+)
 
-	status     int
-	errLayer   string
-	errCode    string
-	errMsg     string
-	firstTok   time.Time
-	lastTok    time.Time
-	end        time.Time
-	obs        *record.Observer
-	observed   bool // the response body was read by the observer
-	answered   bool // the client was sent "data: [DONE]": its answer is complete
-	headerSent bool
-
-	strip         bool        // the engine's usage chunk is removed from the client's stream
-	stopFollowing func() bool // stops the client's cancellation from reaching the engine request
-	detached      bool        // the handler returned before the engine's stream ended
+// failure says why a request failed.
+type failure struct {
+	layer, code, msg string
 }
 
-// detachTimeout bounds reading the engine's tail after the client got its answer.
-const detachTimeout = 30 * time.Second
+// exchange is one proxied request.
+type exchange struct {
+	h       *Handler
+	w       http.ResponseWriter
+	r       *http.Request
+	arrival time.Time
+	end     time.Time
+	rid     string
+	trace   traceContext
+	route   string          // metrics label
+	ep      record.Endpoint // "" for a request that is not recorded
+	up      *upstream
+	phase   phase
 
-// done is the end of an OpenAI stream.
-var done = []byte("data: [DONE]\n\n")
+	req        record.Request
+	body       []byte // the buffered body of a recorded request
+	askedUsage bool   // the gateway asked for the usage chunk (and removes it)
+
+	status int
+	fail   *failure
+	obs    *record.Observer
+	stream bool // the answer was an event stream the observer read
+	abort  bool // the engine broke off mid-answer: break off the client's connection too
+}
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -221,33 +238,34 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if x.rid == "" {
 		x.rid = schema.NewRequestID()
 	}
-	x.trace, x.traceID = traceparent(r.Header.Get(HeaderTraceparent))
+	x.trace = traceparent(r.Header.Get(HeaderTraceparent))
 	x.route = routeOf(r.URL.Path)
-	x.recorded = r.Method == http.MethodPost && x.route != RouteOther
+	if e, ok := record.EndpointOf(r.URL.Path); ok && r.Method == http.MethodPost {
+		x.ep = e
+	}
 	x.up = h.bal.pick()
+	defer x.up.release()
 	if m := h.opt.Metrics; m != nil {
 		m.inflight.Inc()
 		defer m.inflight.Dec()
 	}
 	w.Header().Set(HeaderRequestID, x.rid)
 
-	if x.recorded {
-		if !x.readBody() {
-			x.up.release()
+	if x.ep != "" {
+		ok := x.readBody()
+		x.publishStarted()
+		if !ok {
 			x.finish()
 			return
 		}
-		x.publishStarted()
 	}
 	x.forward()
-	if x.detached {
-		// The client has its whole answer; a goroutine reads the engine's tail (the usage chunk)
-		// and records the request.
-		x.count()
-		return
-	}
-	x.up.release()
 	x.finish()
+	if x.abort {
+		// The engine's answer broke off; the client's connection breaks off the same way instead
+		// of ending cleanly, so a truncated answer never looks complete.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // readBody buffers a recorded request's body; false when the gateway answered an error.
@@ -259,28 +277,20 @@ func (x *exchange) readBody() bool {
 	}
 	_, err := buf.ReadFrom(io.LimitReader(x.r.Body, limit+1))
 	x.body = buf.Bytes()
-	capture := x.h.opt.Capture != nil
-	x.req = record.ParseRequest(x.body, x.r.Header, capture)
+	x.req = record.ParseRequest(x.ep, x.body, x.r.Header, x.h.opt.Capture != nil)
 	switch {
+	case err != nil && x.r.Context().Err() != nil:
+		x.failWith(StatusClientClosed, schema.LayerClient, "client_closed", "client went away while sending the request body")
+		return false
 	case err != nil:
-		x.publishStarted()
-		if x.r.Context().Err() != nil {
-			x.fail(StatusClientClosed, schema.LayerClient, "client_closed", "client went away while sending the request body")
-			return false
-		}
-		x.fail(http.StatusBadRequest, schema.LayerGateway, "body_read_error", "read request body: "+err.Error())
+		x.failWith(http.StatusBadRequest, schema.LayerGateway, "body_read_error", "read request body: "+err.Error())
 		return false
 	case int64(len(x.body)) > limit:
-		x.publishStarted()
-		x.fail(http.StatusRequestEntityTooLarge, schema.LayerGateway, "body_too_large",
-			fmt.Sprintf("request body exceeds %d bytes", limit))
+		x.failWith(http.StatusRequestEntityTooLarge, schema.LayerGateway, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", limit))
 		return false
 	}
-	if x.req.Stream && !x.req.IncludeUsage && !x.req.ContinuousUsage {
-		if b, err := record.InjectIncludeUsage(x.body); err == nil {
-			x.body = b
-			x.stripUsage = true
-		}
+	if x.h.opt.AskUsage && (x.ep == record.Chat || x.ep == record.Completions) {
+		x.body, x.askedUsage = record.AskUsage(x.body)
 	}
 	return true
 }
@@ -298,38 +308,32 @@ func (x *exchange) forward() {
 
 	var body io.Reader
 	contentLength := r.ContentLength
-	if x.recorded {
+	if x.ep != "" {
 		body = bytes.NewReader(x.body)
 		contentLength = int64(len(x.body))
 	} else if r.ContentLength != 0 {
 		body = http.MaxBytesReader(x.w, r.Body, x.h.opt.MaxBodyBytes)
 	}
-	// The engine request follows the client's (a departed client cancels it) until the exchange
-	// detaches to read the engine's tail after the client has its answer.
-	upCtx, cancelUp := context.WithCancel(context.WithoutCancel(r.Context()))
-	x.stopFollowing = context.AfterFunc(r.Context(), cancelUp)
-	defer func() {
-		if !x.detached {
-			x.stopFollowing()
-			cancelUp()
-		}
-	}()
-	out, err := http.NewRequestWithContext(upCtx, r.Method, target.String(), body)
+	// A client that goes away cancels the engine request, as it would without the gateway.
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, target.String(), body)
 	if err != nil {
-		x.fail(http.StatusBadGateway, schema.LayerGateway, "bad_upstream_request", "build upstream request: "+err.Error())
+		x.failWith(http.StatusBadGateway, schema.LayerGateway, "bad_upstream_request", "build upstream request: "+err.Error())
 		return
 	}
 	out.ContentLength = contentLength
-	if contentLength == 0 && !x.recorded && r.ContentLength == 0 {
+	if contentLength == 0 && x.ep == "" && r.ContentLength == 0 {
 		out.Body = nil
 	}
 	copyHeaders(out.Header, r.Header)
 	out.Header.Del("Content-Length")
-	if x.recorded {
+	if x.ep != "" {
 		out.Header.Del("Accept-Encoding")
 	}
 	out.Header.Set(HeaderRequestID, x.rid)
-	out.Header.Set(HeaderTraceparent, x.trace)
+	out.Header.Set(HeaderTraceparent, x.trace.header)
+	if x.trace.replaced {
+		out.Header.Del(HeaderTracestate)
+	}
 	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		if prior := r.Header.Values("X-Forwarded-For"); len(prior) > 0 {
 			ip = strings.Join(prior, ", ") + ", " + ip
@@ -337,17 +341,14 @@ func (x *exchange) forward() {
 		out.Header.Set("X-Forwarded-For", ip)
 	}
 
+	x.phase = phaseUpstream
 	sent := time.Now()
 	resp, err := x.h.opt.Transport.RoundTrip(out)
 	if err != nil {
 		x.upstreamFailed(err)
 		return
 	}
-	defer func() {
-		if !x.detached {
-			resp.Body.Close()
-		}
-	}()
+	defer resp.Body.Close()
 	if m := x.h.opt.Metrics; m != nil {
 		m.upstreamLatency.WithLabelValues(x.route).Observe(time.Since(sent).Seconds())
 	}
@@ -356,53 +357,56 @@ func (x *exchange) forward() {
 	copyHeaders(hdr, resp.Header)
 	hdr.Set(HeaderRequestID, x.rid)
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-	strip := x.stripUsage && sse && resp.StatusCode == http.StatusOK && resp.Header.Get("Content-Encoding") == ""
+	encoded := resp.Header.Get("Content-Encoding") != ""
+	strip := x.askedUsage && sse && resp.StatusCode == http.StatusOK && !encoded
 	if strip {
 		hdr.Del("Content-Length")
 	}
 	x.status = resp.StatusCode
 	x.w.WriteHeader(resp.StatusCode)
-	x.headerSent = true
+	x.phase = phaseResponding
 
-	if !x.recorded {
+	switch {
+	case x.ep == "" || encoded:
 		x.copyPlain(resp.Body, sse)
-		return
-	}
-	x.obs = record.NewObserver(x.h.opt.Script, strip, x.h.opt.Capture != nil, x.captureMax())
-	if resp.Header.Get("Content-Encoding") != "" {
-		x.copyPlain(resp.Body, sse)
-	} else if sse {
-		x.strip = strip
-		x.copyStream(resp.Body, cancelUp)
-	} else {
+	case sse:
+		x.stream = true
+		x.obs = x.observer(strip)
+		x.copyStream(resp.Body)
+	default:
+		x.obs = x.observer(false)
 		x.copyBody(resp.Body)
 	}
-	if resp.StatusCode >= 400 && x.errLayer == "" {
-		x.errLayer = schema.LayerUpstream
-		if e := x.obs.Error; e != nil {
-			x.errCode, x.errMsg = e.Type, e.Message
-		} else {
-			x.errCode, x.errMsg = "http_"+statusLabel(resp.StatusCode), http.StatusText(resp.StatusCode)
+	if resp.StatusCode >= 400 && x.fail == nil {
+		f := &failure{layer: schema.LayerUpstream, code: "http_" + statusLabel(resp.StatusCode), msg: http.StatusText(resp.StatusCode)}
+		if e := x.obsError(); e != nil {
+			f.msg = e.Message
+			if e.Type != "" {
+				f.code = e.Type
+			}
 		}
+		x.fail = f
 	}
 }
 
-func (x *exchange) captureMax() int {
-	if x.h.opt.Capture == nil {
-		return 0
+func (x *exchange) observer(strip bool) *record.Observer {
+	opt := record.ObserverOptions{Endpoint: x.ep, Script: x.h.opt.Script, StripUsage: strip, MaxBodyBytes: x.h.opt.MaxParseBytes}
+	if c := x.h.opt.Capture; c != nil {
+		// Collect a little more than is stored, so a redaction pattern at the limit still matches.
+		opt.Capture, opt.CaptureMax = true, c.MaxBytes()+1024
 	}
-	// Collect a little more than is stored, so a redaction pattern at the limit still matches.
-	return x.h.opt.Capture.MaxBytes() + 1024
+	return record.NewObserver(opt)
 }
 
-// copyStream forwards an SSE response event by event, flushing after each read.
-//
-// When the gateway asked for the usage chunk on the client's behalf, the client's stream is over
-// once the single choice's finish chunk has passed: what the engine sends next is the usage chunk
-// (removed) and "data: [DONE]". The gateway then sends "data: [DONE]" itself and ends the
-// client's response, so the extra chunk costs the client no time, and reads the engine's tail in
-// the background (the client's bytes stay exactly what the engine would have sent).
-func (x *exchange) copyStream(src io.ReadCloser, cancelUp context.CancelFunc) {
+func (x *exchange) obsError() *record.EngineError {
+	if x.obs == nil {
+		return nil
+	}
+	return x.obs.Error
+}
+
+// copyStream forwards an event stream as it arrives, flushing after each read.
+func (x *exchange) copyStream(src io.Reader) {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
@@ -410,52 +414,18 @@ func (x *exchange) copyStream(src io.ReadCloser, cancelUp context.CancelFunc) {
 	for {
 		n, rerr := src.Read(buf)
 		if n > 0 {
-			x.observed = true
-			out, content := x.obs.Feed(buf[:n])
-			if len(out) > 0 {
-				if _, werr := x.w.Write(out); werr != nil {
-					x.clientGone()
+			if out := x.obs.Feed(buf[:n], time.Now()); len(out) > 0 {
+				if !x.send(out, flusher) {
 					return
-				}
-				if flusher != nil {
-					flusher.Flush()
-				}
-				if x.obs.Done {
-					x.answered = true
 				}
 			}
-			if content {
-				now := time.Now()
-				if x.firstTok.IsZero() {
-					x.firstTok = now
-				}
-				x.lastTok = now
-			}
-			if x.strip && x.req.N <= 1 && x.obs.FinishReason != "" && !x.obs.Done && rerr == nil && x.obs.Error == nil {
-				if _, werr := x.w.Write(done); werr != nil {
-					x.clientGone()
-					return
-				}
-				if flusher != nil {
-					flusher.Flush()
-				}
-				x.answered = true
-				x.end = time.Now()
-				if x.stopFollowing() {
-					x.detached = true
-					x.h.detached.Add(1)
-					go x.readTail(src, cancelUp)
-					return
-				}
-				// The client left at this very moment; read on here, as for any stream.
+			if x.obs.Terminal {
+				x.phase = phaseAnswered
 			}
 		}
 		if rerr != nil {
-			if rest := x.obs.Rest(); len(rest) > 0 {
-				if _, werr := x.w.Write(rest); werr != nil {
-					x.clientGone()
-					return
-				}
+			if rest := x.obs.End(); len(rest) > 0 && !x.send(rest, flusher) {
+				return
 			}
 			if rerr != io.EOF {
 				x.readFailed(rerr)
@@ -465,63 +435,16 @@ func (x *exchange) copyStream(src io.ReadCloser, cancelUp context.CancelFunc) {
 	}
 }
 
-// readTail reads the rest of a stream whose client already has its answer, then records the
-// request. It owns src and the engine request.
-func (x *exchange) readTail(src io.ReadCloser, cancelUp context.CancelFunc) {
-	defer x.h.detached.Done()
-	defer x.up.release()
-	defer cancelUp()
-	defer src.Close()
-	t := time.AfterFunc(detachTimeout, cancelUp)
-	defer t.Stop()
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
-	buf := *bp
-	unsent := 0
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			out, _ := x.obs.Feed(buf[:n])
-			unsent += len(out)
-		}
-		if err != nil {
-			unsent += len(x.obs.Rest())
-			if err != io.EOF {
-				x.errLayer, x.errCode, x.errMsg = schema.LayerUpstream, "stream_interrupted", "read engine response after its finish chunk: "+err.Error()
-			}
-			break
-		}
-	}
-	if x.obs.Done {
-		unsent -= len(done)
-	}
-	if unsent != 0 {
-		x.h.log.Warn("engine sent more after the finish chunk than usage and [DONE]; the client did not get it",
-			"request_id", x.rid, "bytes", unsent)
-	}
-	x.publish(x.finished())
-}
-
-// copyBody forwards a non-streaming response, keeping up to MaxParseBytes of it to read.
+// copyBody forwards a non-streaming body, reading it on the way.
 func (x *exchange) copyBody(src io.Reader) {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
-	var keep bytes.Buffer
-	over := false
 	for {
 		n, rerr := src.Read(buf)
 		if n > 0 {
-			if !over {
-				if keep.Len()+n > x.h.opt.MaxParseBytes {
-					over = true
-					keep.Reset()
-				} else {
-					keep.Write(buf[:n])
-				}
-			}
-			if _, werr := x.w.Write(buf[:n]); werr != nil {
-				x.clientGone()
+			x.obs.Body(buf[:n])
+			if !x.send(buf[:n], nil) {
 				return
 			}
 		}
@@ -530,12 +453,10 @@ func (x *exchange) copyBody(src io.Reader) {
 				x.readFailed(rerr)
 				return
 			}
-			break
+			x.obs.BodyEnd()
+			x.phase = phaseAnswered
+			return
 		}
-	}
-	if !over {
-		x.observed = true
-		x.obs.ObserveBody(keep.Bytes())
 	}
 }
 
@@ -544,60 +465,72 @@ func (x *exchange) copyPlain(src io.Reader, flush bool) {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
-	flusher, _ := x.w.(http.Flusher)
+	var flusher http.Flusher
+	if flush {
+		flusher, _ = x.w.(http.Flusher)
+	}
 	for {
 		n, rerr := src.Read(buf)
-		if n > 0 {
-			if _, werr := x.w.Write(buf[:n]); werr != nil {
-				x.clientGone()
-				return
-			}
-			if flush && flusher != nil {
-				flusher.Flush()
-			}
+		if n > 0 && !x.send(buf[:n], flusher) {
+			return
 		}
 		if rerr != nil {
 			if rerr != io.EOF {
 				x.readFailed(rerr)
+				return
 			}
+			x.phase = phaseAnswered
 			return
 		}
 	}
 }
 
-// clientGone records that the client went away mid-response. A client that hangs up once it
-// has "data: [DONE]" (most SDKs close right away) got its whole answer: that is no failure.
+// send writes p to the client (and flushes with a non-nil flusher); false when the client is gone.
+func (x *exchange) send(p []byte, flusher http.Flusher) bool {
+	if _, err := x.w.Write(p); err != nil {
+		x.clientGone()
+		return false
+	}
+	if flusher != nil {
+		flusher.Flush()
+	}
+	return true
+}
+
+// clientGone records that the client went away mid-response. A client that hangs up once it has
+// the stream's last event (most SDKs close at "data: [DONE]") got its whole answer: no failure.
 func (x *exchange) clientGone() {
-	if x.answered {
+	if x.phase == phaseAnswered {
 		return
 	}
 	x.status = StatusClientClosed
-	x.errLayer, x.errCode, x.errMsg = schema.LayerClient, "client_closed", "client disconnected before the response ended"
+	x.fail = &failure{schema.LayerClient, "client_closed", "client disconnected before the response ended"}
 }
 
 // readFailed records a failed read of the engine's response body.
 func (x *exchange) readFailed(err error) {
-	if x.answered {
-		return // the client has the whole stream; what the engine does after it changes nothing
-	}
-	if x.r.Context().Err() != nil {
+	switch {
+	case x.phase == phaseAnswered:
+		// The client has the whole answer; what the engine's connection does after it changes nothing.
+	case x.r.Context().Err() != nil:
 		x.clientGone()
-		return
+	default:
+		x.fail = &failure{schema.LayerUpstream, "stream_interrupted", "read engine response: " + err.Error()}
+		x.abort = true
 	}
-	x.errLayer, x.errCode, x.errMsg = schema.LayerUpstream, "stream_interrupted", "read engine response: "+err.Error()
 }
 
-// upstreamFailed answers a failed round trip: the client's departure, a timeout or an
-// unreachable engine.
+// upstreamFailed answers a failed round trip: the client's departure, a body over the limit, a
+// timeout or an unreachable engine.
 func (x *exchange) upstreamFailed(err error) {
 	if x.r.Context().Err() != nil {
 		x.status = StatusClientClosed
-		x.errLayer, x.errCode, x.errMsg = schema.LayerClient, "client_closed", "client disconnected before the engine answered"
+		x.fail = &failure{schema.LayerClient, "client_closed", "client disconnected before the engine answered"}
 		return
 	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		x.fail(http.StatusRequestEntityTooLarge, schema.LayerGateway, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
+		x.failWith(http.StatusRequestEntityTooLarge, schema.LayerGateway, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
 		return
 	}
 	code, status := "upstream_unreachable", http.StatusBadGateway
@@ -608,85 +541,72 @@ func (x *exchange) upstreamFailed(err error) {
 	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
 		code, status = "timeout", http.StatusGatewayTimeout
 	}
-	x.fail(status, schema.LayerUpstream, code, fmt.Sprintf("engine %s: %v", x.up.name, err))
+	x.failWith(status, schema.LayerUpstream, code, fmt.Sprintf("engine %s: %v", x.up.name, err))
 }
 
-// fail answers the client with an error in vLLM's JSON shape and records it.
-func (x *exchange) fail(status int, layer, code, msg string) {
+// failWith records a failure and, unless the client is gone or has headers already, answers it
+// in vLLM's error shape.
+func (x *exchange) failWith(status int, layer, code, msg string) {
 	x.status = status
-	x.errLayer, x.errCode, x.errMsg = layer, code, msg
-	if status == StatusClientClosed || x.headerSent {
+	x.fail = &failure{layer, code, msg}
+	if status == StatusClientClosed || x.phase >= phaseResponding {
 		return
 	}
 	x.h.log.Warn("request failed", "request_id", x.rid, "status", status, "error_layer", layer, "error_code", code, "error", msg)
 	writeError(x.w, status, code, msg)
-	x.headerSent = true
+	x.phase = phaseAnswered
 }
 
-// writeError writes {"error":{"message","type","param","code"}} as vLLM does.
+// errorResponse is vLLM's ErrorResponse (0.10.2 and later): {"error": {...}}.
+type errorResponse struct {
+	Error errorInfo `json:"error"`
+}
+
+type errorInfo struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+// writeError writes an error in vLLM's shape.
 func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	// Encoding a struct of strings and an int cannot fail; invalid UTF-8 becomes U+FFFD.
+	_ = enc.Encode(errorResponse{Error: errorInfo{Message: msg, Type: typ, Code: status}})
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Del("Content-Length")
 	w.WriteHeader(status)
-	var b bytes.Buffer
-	b.WriteString(`{"error":{"message":`)
-	writeJSONString(&b, msg)
-	b.WriteString(`,"type":`)
-	writeJSONString(&b, typ)
-	fmt.Fprintf(&b, `,"param":null,"code":%d}}`, status)
-	_, _ = w.Write(b.Bytes())
+	_, _ = w.Write(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
 }
 
-func writeJSONString(b *bytes.Buffer, s string) {
-	const hexd = "0123456789abcdef"
-	b.WriteByte('"')
-	for _, c := range []byte(strings.ToValidUTF8(s, "\uFFFD")) {
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20:
-			b.WriteString(`\u00`)
-			b.WriteByte(hexd[c>>4])
-			b.WriteByte(hexd[c&0xF])
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-}
-
-// finish counts the request and publishes request.finished for recorded routes.
+// finish ends the client's part (end time, status, request metric) and publishes
+// request.finished for recorded endpoints.
 func (x *exchange) finish() {
-	x.count()
-	if x.recorded {
-		x.publish(x.finished())
-	}
-}
-
-// count ends the client's part: the end time, the status, the request metric.
-func (x *exchange) count() {
-	if x.end.IsZero() {
-		x.end = time.Now()
-	}
+	x.end = time.Now()
 	if x.status == 0 {
 		x.status = http.StatusOK
 	}
 	if m := x.h.opt.Metrics; m != nil {
 		m.requests.WithLabelValues(x.route, statusLabel(x.status)).Inc()
 	}
+	if x.ep != "" {
+		x.publish(x.finished())
+	}
 }
 
 func (x *exchange) publishStarted() {
-	e := schema.NewRequestStarted(limit(x.rid, 128), x.arrival)
+	e := schema.NewRequestStarted(limit(x.rid, schema.MaxIDBytes), x.arrival)
 	e.Versions = cleanVersions(x.req.Versions)
-	e.Model = limit(x.req.Model, 256)
-	e.Endpoint = x.route
+	e.Model = limit(x.req.Model, schema.MaxLabelBytes)
+	e.Endpoint = string(x.ep)
 	e.Stream = x.req.Stream
 	e.MaxTokens = x.req.MaxTokens
 	e.PromptBytes = x.req.PromptBytes
-	e.TraceID = x.traceID
-	e.Gateway = limit(x.h.opt.Gateway, 256)
+	e.TraceID = x.trace.id
+	e.Gateway = limit(x.h.opt.Gateway, schema.MaxLabelBytes)
 	x.publish(e)
 }
 
@@ -710,61 +630,67 @@ func (h *Handler) publishNow(e schema.Event) {
 
 // finished builds request.finished from the exchange.
 func (x *exchange) finished() *schema.RequestFinished {
-	e := schema.NewRequestFinished(limit(x.rid, 128), x.arrival, x.end)
+	e := schema.NewRequestFinished(limit(x.rid, schema.MaxIDBytes), x.arrival, x.end)
 	e.Versions = cleanVersions(x.req.Versions)
-	e.Endpoint = x.route
+	e.Endpoint = string(x.ep)
 	e.Stream = x.req.Stream
 	e.StatusCode = uint16(x.status)
-	e.ErrorLayer = x.errLayer
-	e.ErrorCode = limit(x.errCode, 256)
-	e.ErrorMessage = limit(x.errMsg, 8192)
 	e.MaxTokens = x.req.MaxTokens
-	e.TraceID = x.traceID
-	e.Upstream = limit(x.up.name, 1024)
-	e.Gateway = limit(x.h.opt.Gateway, 256)
+	e.TraceID = x.trace.id
+	sampled := x.trace.sampled
+	e.TraceSampled = &sampled
+	e.Upstream = limit(x.up.name, schema.MaxURLBytes)
+	e.Gateway = limit(x.h.opt.Gateway, schema.MaxLabelBytes)
 	e2e := x.end.Sub(x.arrival).Seconds()
 	e.E2ES = &e2e
-	e.Model = limit(x.req.Model, 256)
+	e.Model = limit(x.req.Model, schema.MaxLabelBytes)
+	if f := x.fail; f != nil {
+		e.ErrorLayer, e.ErrorCode, e.ErrorMessage = f.layer, limit(f.code, schema.MaxLabelBytes), limit(f.msg, schema.MaxMessageBytes)
+	}
 	o := x.obs
 	if o == nil {
 		return e
 	}
 	if o.Model != "" {
-		e.Model = limit(o.Model, 256)
+		e.Model = limit(o.Model, schema.MaxLabelBytes)
 	}
+	e.ResponseID = limit(o.ResponseID, schema.MaxLabelBytes)
 	if o.Error != nil && e.ErrorLayer == "" {
 		// An error event inside a 200 stream (or body): the engine failed after answering.
 		e.ErrorLayer = schema.LayerUpstream
-		e.ErrorCode = limit(o.Error.Type, 256)
-		e.ErrorMessage = limit(o.Error.Message, 8192)
+		e.ErrorCode = limit(o.Error.Type, schema.MaxLabelBytes)
+		e.ErrorMessage = limit(o.Error.Message, schema.MaxMessageBytes)
 	}
-	e.FinishReason = limit(o.FinishReason, 64)
-	e.QueueS, e.ScheduledToFirstTokenS, e.DecodeS, e.EngineITLS, e.PrefillS = o.QueueS, o.ScheduledToFirstTokenS, o.DecodeS, o.EngineITLS, o.PrefillS
-	if !x.firstTok.IsZero() {
-		ttft := x.firstTok.Sub(x.arrival).Seconds()
+	e.FinishReason = limit(o.FinishReason(), schema.MaxFinishReasonBytes)
+	if rs := o.FinishReasons(); len(rs) > 0 {
+		for i := range rs {
+			rs[i] = limit(rs[i], schema.MaxFinishReasonBytes)
+		}
+		e.FinishReasons = rs
+	}
+	e.QueueS, e.ScheduledToFirstTokenS, e.DecodeS, e.EngineITLS = o.QueueS, o.ScheduledToFirstTokenS, o.DecodeS, o.EngineITLS
+	if x.stream && !o.FirstOutput().IsZero() {
+		ttft := o.FirstOutput().Sub(x.arrival).Seconds()
 		e.TTFTS = &ttft
 	}
 	e.PromptTokens, e.CompletionTokens, e.CachedTokens = o.PromptTokens, o.CompletionTokens, o.CachedTokens
+	if o.Usage && e.CachedTokens == nil && x.h.opt.PromptTokensDetails && (x.ep == record.Chat || x.ep == record.Completions) {
+		zero := uint32(0)
+		e.CachedTokens = &zero
+	}
+	// Only chat and text completions come without usage (a stream whose client asked for none);
+	// vLLM's Responses and embeddings answers always carry it, except a background response
+	// still queued, which has generated nothing yet.
 	success := x.status < 400 && o.Error == nil
-	if success && x.observed && e.CompletionTokens == nil {
-		// No usage: estimate from what passed through (one token per content chunk, or about
-		// four bytes per token for a whole body).
-		est := uint32(o.ContentChunks)
-		if !x.req.Stream {
-			est = uint32((o.ContentBytes + 3) / 4)
-		}
-		e.CompletionTokens = &est
-		e.TokensEstimated = true
-		if e.PromptTokens == nil && x.req.PromptBytes != nil {
-			p := (*x.req.PromptBytes + 3) / 4
-			e.PromptTokens = &p
+	if success && !o.Usage && (x.ep == record.Chat || x.ep == record.Completions) {
+		x.estimateTokens(e)
+	}
+	if x.stream && e.CompletionTokens != nil {
+		if tpot, ok := o.TPOT(*e.CompletionTokens); ok {
+			e.TPOTS = &tpot
 		}
 	}
-	if e.CompletionTokens != nil && *e.CompletionTokens > 1 && !x.firstTok.IsZero() && x.lastTok.After(x.firstTok) {
-		tpot := x.lastTok.Sub(x.firstTok).Seconds() / float64(*e.CompletionTokens-1)
-		e.TPOTS = &tpot
-	}
-	if x.observed && x.h.opt.Script != nil && o.ContentBytes > 0 {
+	if x.h.opt.Script != nil && o.ContentBytes > 0 {
 		n := o.ForeignChars
 		v := n > 0
 		e.OutputForeignChars, e.OutputScriptViolation = &n, &v
@@ -776,12 +702,32 @@ func (x *exchange) finished() *schema.RequestFinished {
 	return e
 }
 
+// estimateTokens fills the token counts of an answer without usage: one token per token-bearing
+// event of a stream, or about four bytes a token of a body's text; prompt tokens from its bytes.
+func (x *exchange) estimateTokens(e *schema.RequestFinished) {
+	o := x.obs
+	if e.CompletionTokens == nil {
+		est := uint32(o.TokenEvents())
+		if !x.stream {
+			est = uint32((o.ContentBytes + 3) / 4)
+		}
+		e.CompletionTokens = &est
+		e.TokensEstimated = true
+	}
+	if e.PromptTokens == nil && x.req.PromptBytes != nil {
+		p := (*x.req.PromptBytes + 3) / 4
+		e.PromptTokens = &p
+		e.TokensEstimated = true
+	}
+}
+
 // limit bounds a string from outside (headers, bodies) to the schema's size for its field.
 func limit(s string, n int) string { return record.Truncate(s, n) }
 
 func cleanVersions(v schema.Versions) schema.Versions {
 	return schema.Versions{
-		App: limit(v.App, 256), PromptVersion: limit(v.PromptVersion, 256), ConfigVersion: limit(v.ConfigVersion, 256),
-		IndexVersion: limit(v.IndexVersion, 256), EmbeddingModelVersion: limit(v.EmbeddingModelVersion, 256),
+		App: limit(v.App, schema.MaxLabelBytes), PromptVersion: limit(v.PromptVersion, schema.MaxLabelBytes),
+		ConfigVersion: limit(v.ConfigVersion, schema.MaxLabelBytes), IndexVersion: limit(v.IndexVersion, schema.MaxLabelBytes),
+		EmbeddingModelVersion: limit(v.EmbeddingModelVersion, schema.MaxLabelBytes),
 	}
 }

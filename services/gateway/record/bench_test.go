@@ -15,24 +15,22 @@ func BenchmarkObserverFeedStream(b *testing.B) {
 	b.SetBytes(int64(len(in)))
 	b.ReportAllocs()
 	for b.Loop() {
-		o := NewObserver(script, true, false, 0)
+		o := NewObserver(ObserverOptions{Endpoint: Chat, Script: script, StripUsage: true})
 		for _, ev := range events {
-			o.Feed(ev)
+			o.Feed(ev, t0)
 		}
 	}
 }
 
-// BenchmarkParseRequest measures reading a chat request body and injecting include_usage.
+// BenchmarkParseRequest measures reading a chat request body and asking for usage.
 func BenchmarkParseRequest(b *testing.B) {
 	body := []byte(`{"model":"Qwen/Qwen2.5-7B-Instruct-AWQ","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"What is the capital of France?"}],"max_tokens":128,"stream":true,"metadata":{"prompt_version":"p7"}}`)
 	h := http.Header{}
 	b.ReportAllocs()
 	for b.Loop() {
-		r := ParseRequest(body, h, false)
-		if !r.IncludeUsage {
-			if _, err := InjectIncludeUsage(body); err != nil {
-				b.Fatal(err)
-			}
+		ParseRequest(Chat, body, h, false)
+		if _, ok := AskUsage(body); !ok {
+			b.Fatal("usage not asked for")
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/servescope/servescope/schema"
 )
 
 // Redacted replaces every match of a redaction pattern in captured text.
@@ -18,11 +20,10 @@ type Capture struct {
 }
 
 // NewCapture compiles the redaction patterns (Go RE2 syntax). maxBytes bounds each stored text
-// (at most 262144, the schema's limit).
+// (at most schema.MaxContentBytes).
 func NewCapture(patterns []string, maxBytes int) (*Capture, error) {
-	const schemaMax = 256 << 10
-	if maxBytes <= 0 || maxBytes > schemaMax {
-		return nil, fmt.Errorf("capture size %d bytes: must be between 1 and %d", maxBytes, schemaMax)
+	if maxBytes <= 0 || maxBytes > schema.MaxContentBytes {
+		return nil, fmt.Errorf("capture size %d bytes: must be between 1 and %d", maxBytes, schema.MaxContentBytes)
 	}
 	c := &Capture{maxBytes: maxBytes}
 	for _, p := range patterns {

@@ -2,51 +2,142 @@ package record
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"testing"
 
 	"github.com/tidwall/gjson"
 )
 
-// FuzzObserverFeed checks the SSE reader on arbitrary engine bytes cut at an arbitrary point:
-// no panic; without removal the client gets exactly the engine's bytes; with removal the result
-// does not depend on where the bytes were cut.
+// FuzzObserverFeed checks the SSE reader on arbitrary engine bytes cut at an arbitrary point: no
+// panic; without removal the client gets exactly the engine's bytes; with removal at most one
+// usage-only event is removed and the result does not depend on where the bytes were cut.
 func FuzzObserverFeed(f *testing.F) {
-	for _, name := range []string{"chat_stream.engine.sse", "chat_stream_error.sse", "chat_stream_cjk.sse", "completion_stream.engine.sse"} {
+	for _, name := range []string{"chat_stream.engine.sse", "chat_stream_error.sse", "chat_stream_error_v08.sse", "chat_stream_cjk.sse", "completion_stream.engine.sse", "responses_stream.sse"} {
 		f.Add(golden(f, name), 10)
 	}
 	f.Add([]byte("data: {\"choices\":[],\"usage\":{}}\r\n\r\ndata: x\n\n"), 3)
+	f.Add([]byte("data: {\"choices\":[],\"usage\":{}}\r\rdata: {\"choices\":[],\"usage\":{}}\n\n"), 40)
 	script, _ := NewScriptCheck(nil)
 	f.Fuzz(func(t *testing.T, in []byte, cut int) {
 		if cut < 0 || cut > len(in) {
 			cut = len(in) / 2
 		}
-		out, _ := feedSplit(in, []int{cut}, false, script)
-		if !bytes.Equal(out, in) {
-			t.Fatalf("pass-through changed the bytes")
+		for _, e := range []Endpoint{Chat, Responses} {
+			o := NewObserver(ObserverOptions{Endpoint: e, Script: script, Capture: true, CaptureMax: 64})
+			if out := feedSplit(o, in, []int{cut}); !bytes.Equal(out, in) {
+				t.Fatalf("%s: pass-through changed the bytes", e)
+			}
 		}
-		whole, _ := feedSplit(in, nil, true, script)
-		split, _ := feedSplit(in, []int{cut}, true, script)
+		whole := feedSplit(NewObserver(ObserverOptions{Endpoint: Chat, Script: script, StripUsage: true}), in, nil)
+		split := feedSplit(NewObserver(ObserverOptions{Endpoint: Chat, Script: script, StripUsage: true}), in, []int{cut})
 		if !bytes.Equal(whole, split) {
 			t.Fatalf("removal depends on the cut: %q vs %q", whole, split)
+		}
+		if len(whole) > len(in) {
+			t.Fatalf("removal added bytes")
+		}
+		if len(whole) < len(in) {
+			// What was removed is one whole event of the stream.
+			found := false
+			for start := 0; start < len(in); {
+				n := eventEnd(in[start:])
+				if n < 0 {
+					break
+				}
+				if n == len(in)-len(whole) && bytes.Equal(whole, append(append([]byte(nil), in[:start]...), in[start+n:]...)) {
+					found = true
+					break
+				}
+				start += n
+			}
+			if !found {
+				t.Fatalf("removal is not one event of the stream:\n in %q\nout %q", in, whole)
+			}
 		}
 	})
 }
 
-// FuzzParseRequest reads arbitrary request bodies.
+// FuzzBodyMembers checks the incremental top-level reader of response bodies against the
+// hot-path walker (itself checked against gjson): on a valid object the same members, whatever
+// the pieces the body arrives in.
+func FuzzBodyMembers(f *testing.F) {
+	for _, name := range []string{"chat.json", "error_nested.json", "error_flat.json", "responses.json", "embeddings.json", "error_unauthorized.json"} {
+		f.Add(golden(f, name), 7)
+	}
+	f.Add([]byte(`{"a":"x\"}","b":[{"c":"]"}],"d":-1e3,"e":true}`), 3)
+	f.Add([]byte(` { } `), 1)
+	f.Fuzz(func(t *testing.T, in []byte, cut int) {
+		if cut < 0 || cut > len(in) {
+			cut = len(in) / 2
+		}
+		s := newBodyMembers(1<<20, nil)
+		s.Write(in[:cut])
+		s.Write(in[cut:])
+		if !gjson.ValidBytes(in) || !gjson.ParseBytes(in).IsObject() {
+			return
+		}
+		if !s.complete() {
+			t.Fatalf("valid object not read to its end: %q", in)
+		}
+		i := 0
+		objectEach(in, func(k, v []byte) bool {
+			if i >= len(s.members) || s.members[i].key != string(k) || !bytes.Equal(s.members[i].raw, v) {
+				t.Fatalf("member %d: scanner %+v, walker %s=%s", i, s.members, k, v)
+			}
+			i++
+			return true
+		})
+		if i != len(s.members) {
+			t.Fatalf("scanner read %d members, walker %d", len(s.members), i)
+		}
+	})
+}
+
+// FuzzParseRequest reads arbitrary request bodies, and asks for usage only in ways that keep
+// every other field as it was.
 func FuzzParseRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":5,"metadata":{"app":"a"}}`))
 	f.Add([]byte(`{"prompt":["a"],"max_completion_tokens":1e99}`))
+	f.Add([]byte(`{"model":"m","stream":true,"stream_options":{"include_usage":false}}`))
+	f.Add([]byte(`{"model":"m","stream":true,"stream_options":null,"input":"x"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		r := ParseRequest(body, http.Header{}, true)
-		// The captured text is the prompt plus separators, never less.
-		if r.PromptBytes != nil && len(r.PromptText) < int(*r.PromptBytes) {
-			t.Fatalf("prompt text %d bytes, prompt_bytes %d", len(r.PromptText), *r.PromptBytes)
-		}
-		if b, err := InjectIncludeUsage(body); err == nil && r.Model != "" {
-			if got := ParseRequest(b, http.Header{}, false); got.Model != r.Model {
-				t.Fatalf("injecting include_usage changed the model: %q → %q", r.Model, got.Model)
+		for _, e := range []Endpoint{Chat, Completions, Responses, Embeddings} {
+			r := ParseRequest(e, body, http.Header{}, true)
+			// The captured text is the prompt plus separators, never less.
+			if r.PromptBytes != nil && len(r.PromptText) < int(*r.PromptBytes) {
+				t.Fatalf("prompt text %d bytes, prompt_bytes %d", len(r.PromptText), *r.PromptBytes)
 			}
+		}
+		b, ok := AskUsage(body)
+		if !ok {
+			if !bytes.Equal(b, body) {
+				t.Fatal("body changed without asking")
+			}
+			return
+		}
+		if !gjson.ValidBytes(b) {
+			t.Fatalf("asking made invalid JSON: %s", b)
+		}
+		after := gjson.ParseBytes(b)
+		if !after.Get("stream_options.include_usage").Bool() || after.Get("stream_options.continuous_usage_stats").Bool() {
+			t.Fatalf("%s → %s: usage not asked for, or asked on every chunk", body, b)
+		}
+		// Every other member keeps its key and value bytes, in order.
+		others := func(doc []byte) (out []string) {
+			ms, ok := members(doc)
+			if !ok {
+				t.Fatalf("not an object: %s", doc)
+			}
+			for _, m := range ms {
+				if string(m.key) != "stream_options" {
+					out = append(out, string(m.key)+"="+string(doc[m.start:m.end]))
+				}
+			}
+			return out
+		}
+		if a, z := others(body), others(b); fmt.Sprint(a) != fmt.Sprint(z) {
+			t.Fatalf("%s → %s: other members changed", body, b)
 		}
 	})
 }

@@ -1,147 +1,211 @@
 package record
 
 import (
-	"bytes"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Response is what the gateway learned from an engine response.
 type Response struct {
 	// Model is the response's `model` (the served model).
 	Model string
-	// FinishReason is choice 0's finish_reason.
-	FinishReason string
-	// PromptTokens, CompletionTokens and CachedTokens come from `usage`
-	// (prompt_tokens_details.cached_tokens for the cached part); nil when the engine sent none.
+	// ResponseID is the response's `id` (vLLM: chatcmpl-…, cmpl-…, embd-…, resp_…).
+	ResponseID string
+	// PromptTokens, CompletionTokens and CachedTokens come from the final usage (chat and
+	// completions: the body's `usage` or the stream's usage-only chunk, prompt_tokens,
+	// completion_tokens and prompt_tokens_details.cached_tokens; /v1/responses: input_tokens,
+	// output_tokens and input_tokens_details.cached_tokens; embeddings: prompt_tokens and
+	// completion_tokens); nil when the engine sent none. Per-chunk usage (continuous_usage_stats)
+	// counts one choice so far and is not read.
 	PromptTokens, CompletionTokens, CachedTokens *uint32
-	// ContentChunks counts stream chunks that carried non-empty content (text, reasoning or tool
-	// calls); the basis of the completion token estimate when there is no usage.
-	ContentChunks int
-	// ContentBytes is the size of the generated text seen, in bytes.
-	ContentBytes int
-	// The engine's per-request metrics object (vLLM: queue_time_ms, time_to_first_token_ms,
-	// generation_time_ms, mean_itl_ms, and prefill_time_ms when present), in seconds.
-	QueueS, ScheduledToFirstTokenS, DecodeS, EngineITLS, PrefillS *float64
-	// Error is set when the body or a stream event was an error object, in either vLLM shape:
-	// {"error":{"message","type","code"}} or the older flat {"object":"error","message","type","code"}.
+	// Usage is true when a final usage object was read.
+	Usage bool
+	// The engine's per-request timing object `metrics` (vLLM main with
+	// --enable-per-request-metrics: queue_time_ms, time_to_first_token_ms (from scheduling),
+	// generation_time_ms, mean_itl_ms), in seconds.
+	QueueS, ScheduledToFirstTokenS, DecodeS, EngineITLS *float64
+	// Error is set when the body or a stream event was an error, in any shape vLLM used (see
+	// EngineError).
 	Error *EngineError
-	// ForeignChars counts generated letters outside the allowed scripts.
+	// ForeignChars counts generated letters outside the allowed scripts, over every choice.
 	ForeignChars uint32
-	// Done is set once the stream's "data: [DONE]" event was read.
-	Done bool
+	// ContentBytes is the size of the generated text seen (content, reasoning, text), in bytes.
+	ContentBytes int
+	// Terminal is set once the stream's last event passed: "data: [DONE]" (chat, completions), or
+	// response.completed, response.incomplete, response.failed or error (/v1/responses). After
+	// it, the client has the whole answer.
+	Terminal bool
+	// Continuous is set when a chunk carrying choices also carried usage: the engine sends usage
+	// on every chunk (stream_options.continuous_usage_stats, or a server forcing it).
+	Continuous bool
 }
 
-// EngineError is an error reported by the engine in a body or a stream event.
+// EngineError is an error reported by the engine.
 type EngineError struct {
-	// Type is the error's type (e.g. "BadRequestError"), or its code when it has no type.
+	// Type is the error's type (e.g. "BadRequestError"), or its code when it has no type; empty
+	// when the error said neither.
 	Type string
 	// Message is the error text.
 	Message string
 }
 
-// Observer reads an engine response as it passes through the gateway. For a stream it splits
-// the bytes into SSE events, reads each event's JSON once, and optionally removes the usage-only
-// chunk the gateway asked for on the client's behalf. It is not safe for concurrent use.
+// Observer reads an engine response as it passes through the gateway. For a stream it splits the
+// bytes into server-sent events, reads each event's JSON once, keeps each choice's timeline, and
+// removes the usage-only chunk when the gateway asked for it on the client's behalf. For a body it
+// keeps only the top-level members it needs. It is not safe for concurrent use.
 type Observer struct {
 	Response
 
+	endpoint   Endpoint
 	script     *ScriptCheck
-	strip      bool
+	strip      bool // remove one usage-only chunk
+	stripped   bool
 	capture    bool
 	captureMax int
 	output     strings.Builder
 
-	pending []byte // bytes of an SSE event not yet complete
-	out     []byte // reused output buffer when events are removed
-	content bool   // the current Feed saw a content chunk
+	choices     choices
+	firstOutput time.Time
+
+	pending []byte // bytes of an event not yet complete
+	out     []byte // reused output buffer when an event is removed
+	joined  []byte // scratch for multi-line data
+	holding bool   // a removal may come: partial events are held back
+
+	body *bodyMembers
 }
 
-// NewObserver returns an observer. script may be nil (no output check). stripUsage removes
-// usage-only stream chunks (`"choices":[]` with a `usage` object). With capture, up to
-// captureMax bytes of generated text are kept for Output.
-func NewObserver(script *ScriptCheck, stripUsage, capture bool, captureMax int) *Observer {
-	return &Observer{script: script, strip: stripUsage, capture: capture, captureMax: captureMax}
+// ObserverOptions configures an Observer.
+type ObserverOptions struct {
+	// Endpoint is the request's endpoint; it decides how objects are read.
+	Endpoint Endpoint
+	// Script checks generated text; nil turns the output check off.
+	Script *ScriptCheck
+	// StripUsage removes the stream's usage-only chunk (`"choices":[]` with `usage`), once: set it
+	// when the gateway asked for that chunk (see AskUsage). It is kept when the engine turns out
+	// to send usage on every chunk, because then it sends the final one regardless of the request.
+	StripUsage bool
+	// Capture keeps up to CaptureMax bytes of the generated text of choice 0.
+	Capture    bool
+	CaptureMax int
+	// MaxBodyBytes bounds what is kept of a non-streaming body's members (default 8 MiB); a larger
+	// member (e.g. choices of a huge answer) is skipped while later ones (usage) are still read.
+	MaxBodyBytes int
 }
 
-// Output returns the captured generated text (empty unless capture is on).
+// NewObserver returns an observer.
+func NewObserver(opt ObserverOptions) *Observer {
+	o := &Observer{endpoint: opt.Endpoint, script: opt.Script, strip: opt.StripUsage, holding: opt.StripUsage,
+		capture: opt.Capture, captureMax: opt.CaptureMax}
+	budget := opt.MaxBodyBytes
+	if budget <= 0 {
+		budget = 8 << 20
+	}
+	o.body = newBodyMembers(budget, skipBodyMember)
+	return o
+}
+
+// skipBodyMember names top-level members the gateway never reads: vectors, token ids and
+// logprobs of the prompt.
+func skipBodyMember(key string) bool {
+	switch key {
+	case "data", "prompt_logprobs", "prompt_token_ids", "kv_transfer_params":
+		return true
+	}
+	return false
+}
+
+// Output returns the captured generated text of choice 0 (empty unless capture is on).
 func (o *Observer) Output() string { return o.output.String() }
 
-// Feed takes bytes just read from an SSE stream and returns the bytes to send to the client now,
-// and whether they contain a chunk with content. Without removal, everything is passed on at
-// once; with removal, a partial event is held until it is complete. The returned slice is valid
-// until the next call.
-func (o *Observer) Feed(p []byte) (out []byte, content bool) {
-	o.content = false
+// FirstOutput is when the first event carrying generated output of any kind (text, reasoning, a
+// tool call, a Responses delta) was fed; zero when none was.
+func (o *Observer) FirstOutput() time.Time { return o.firstOutput }
+
+// FinishReason is choice 0's finish reason ("" when unknown).
+func (o *Observer) FinishReason() string {
+	if len(o.choices.list) > 0 {
+		return o.choices.list[0].finish
+	}
+	return ""
+}
+
+// FinishReasons returns every choice's finish reason by choice index ("" for a choice without
+// one), at most maxChoices; nil when no choice had one.
+func (o *Observer) FinishReasons() []string { return o.choices.finishReasons() }
+
+// TPOT returns the mean time per output token after the first, per choice, in seconds:
+// Σc (lastc − firstc) ÷ (completionTokens − k) over the k choices that produced tokens, where
+// firstc and lastc are the feed times of a choice's first and last token-bearing events. Pass the
+// usage total; without usage, pass TokenEvents(). ok is false when there are not two tokens of
+// one choice.
+func (o *Observer) TPOT(completionTokens uint32) (seconds float64, ok bool) {
+	return o.choices.tpot(completionTokens)
+}
+
+// TokenEvents counts stream events that carried tokens, over every choice: the basis of the
+// completion token estimate when the engine gives no usage.
+func (o *Observer) TokenEvents() int { return o.choices.events }
+
+// Feed takes bytes just read from an SSE stream at time now and returns the bytes to send to the
+// client now. Without a removal pending, everything passes at once (the parser alone waits for the
+// rest of an event); with one pending, a partial event is held back until it is complete, and once
+// the removal happened everything passes again. The returned slice is valid until the next call.
+func (o *Observer) Feed(p []byte, now time.Time) []byte {
+	hold := o.holding // when set, pending bytes were not sent yet
 	data := p
 	aliased := len(o.pending) > 0
 	if aliased {
 		o.pending = append(o.pending, p...)
 		data = o.pending
 	}
-	start := 0 // start of the current event
-	emitFrom := 0
+	start, emitFrom := 0, 0
 	removed := false
-	for i := 0; ; {
-		j := bytes.IndexByte(data[i:], '\n')
-		if j < 0 {
+	for {
+		n := eventEnd(data[start:])
+		if n < 0 {
 			break
 		}
-		i += j
-		// An event ends with a blank line: "\n\n" or "\n\r\n".
-		end := -1
-		if i+1 < len(data) && data[i+1] == '\n' {
-			end = i + 2
-		} else if i+2 < len(data) && data[i+1] == '\r' && data[i+2] == '\n' {
-			end = i + 3
-		}
-		if end < 0 {
-			i++
-			continue
-		}
-		if o.event(data[start:end]) {
-			if !removed {
-				o.out = o.out[:0]
-				removed = true
-			}
-			o.out = append(o.out, data[emitFrom:start]...)
+		end := start + n
+		if o.event(data[start:end], now) {
+			// At most one event is ever removed, so o.out starts empty here.
+			o.out = append(o.out[:0], data[emitFrom:start]...)
 			emitFrom = end
+			removed = true
 		}
 		start = end
-		i = end
 	}
-	complete := start
-	if !o.strip {
-		// Everything passes at once; only the parser waits for the rest of an event.
+	var out []byte
+	switch {
+	case !hold:
 		out = p
-	} else if removed {
-		o.out = append(o.out, data[emitFrom:complete]...)
+	case removed:
+		// Nothing more will be removed: the rest passes, a partial event included.
+		o.out = append(o.out, data[emitFrom:]...)
 		out = o.out
-	} else {
-		out = data[:complete]
-		if aliased && complete < len(data) {
-			// The tail moves to the front of pending below, over these bytes.
-			o.out = append(o.out[:0], out...)
-			out = o.out
-		}
+	case aliased && start < len(data):
+		// The tail moves to the front of pending below, over these bytes.
+		o.out = append(o.out[:0], data[:start]...)
+		out = o.out
+	default:
+		out = data[:start]
 	}
-	if complete < len(data) {
-		if aliased {
-			n := copy(o.pending, data[complete:])
-			o.pending = o.pending[:n]
-		} else {
-			o.pending = append(o.pending[:0], data[complete:]...)
-		}
-	} else {
+	switch tail := data[start:]; {
+	case len(tail) == 0:
 		o.pending = o.pending[:0]
+	case aliased:
+		o.pending = o.pending[:copy(o.pending, tail)]
+	default:
+		o.pending = append(o.pending[:0], tail...)
 	}
-	return out, o.content
+	return out
 }
 
-// Rest returns the bytes still held at the end of the stream (an incomplete last event), which
-// are passed on unchanged.
-func (o *Observer) Rest() []byte {
-	if !o.strip || len(o.pending) == 0 {
+// End returns the bytes still held back at the end of the stream (an incomplete last event),
+// which pass unchanged. Clients discard an incomplete event, so it is not read.
+func (o *Observer) End() []byte {
+	if !o.holding || len(o.pending) == 0 {
 		return nil
 	}
 	rest := o.pending
@@ -150,145 +214,333 @@ func (o *Observer) Rest() []byte {
 }
 
 // event reads one complete SSE event and reports whether to remove it.
-func (o *Observer) event(ev []byte) bool {
-	// Most events have one "data:" line; join several with "\n" as SSE says.
-	var payload []byte
-	var joined []byte
-	lines := 0
-	for len(ev) > 0 {
-		nl := bytes.IndexByte(ev, '\n')
-		line := ev
-		if nl >= 0 {
-			line, ev = ev[:nl], ev[nl+1:]
-		} else {
-			ev = nil
-		}
-		line = bytes.TrimSuffix(line, []byte{'\r'})
-		v, ok := bytes.CutPrefix(line, []byte("data:"))
-		if !ok {
-			continue
-		}
-		v = bytes.TrimPrefix(v, []byte{' '})
-		lines++
-		switch lines {
-		case 1:
-			payload = v
-		case 2:
-			joined = append(append(append(joined, payload...), '\n'), v...)
-		default:
-			joined = append(append(joined, '\n'), v...)
-		}
+func (o *Observer) event(ev []byte, now time.Time) bool {
+	data, scratch, ok := sseData(ev, o.joined)
+	o.joined = scratch
+	if !ok || len(data) == 0 {
+		return false
 	}
-	if lines > 1 {
-		payload = joined
-	}
-	if len(payload) == 0 || payload[0] != '{' {
-		if string(payload) == "[DONE]" {
-			o.Done = true
+	if data[0] != '{' {
+		if string(data) == "[DONE]" {
+			o.Terminal = true
 		}
-		return false // "[DONE]" or a comment/keep-alive
+		return false
 	}
-	usageOnly := o.chunk(payload, true)
-	return o.strip && usageOnly
+	if o.endpoint == Responses {
+		o.responsesEvent(data, now)
+		return false
+	}
+	usageOnly := o.chunk(data, now)
+	if usageOnly && o.strip && !o.stripped && !o.Continuous {
+		o.stripped = true
+		o.holding = false // nothing else is removed
+		return true
+	}
+	return false
 }
 
-// ObserveBody reads a complete (non-streaming) response body or error body.
-func (o *Observer) ObserveBody(body []byte) {
-	o.chunk(body, false)
-}
-
-// chunk reads one response object (a stream chunk or a whole body). It reports whether the
-// object is a usage-only chunk: an empty choices array and a usage object.
-func (o *Observer) chunk(obj []byte, stream bool) (usageOnly bool) {
-	var hasUsage, emptyChoices, flatError bool
-	var flatMsg, flatType, flatCode []byte
+// chunk reads one chat or text completion stream chunk and reports whether it is a usage-only
+// chunk: an empty choices array and a usage object.
+func (o *Observer) chunk(obj []byte, now time.Time) (usageOnly bool) {
+	var usage []byte
+	choicesN := -1
+	var errObj errorFields
 	objectEach(obj, func(key, v []byte) bool {
 		switch string(key) {
+		case "id":
+			o.setID(v)
 		case "model":
-			if o.Model == "" {
-				if s, ok := strValue(v); ok {
-					o.Model = strings.Clone(s)
-				}
-			}
+			o.setModel(v)
 		case "choices":
-			sawContent := false
-			n := arrayEach(v, func(c []byte) {
-				if o.choice(c) {
-					sawContent = true
-				}
-			})
-			emptyChoices = n == 0
-			if sawContent && stream {
-				o.ContentChunks++
-				o.content = true
-			}
+			choicesN = arrayEach(v, func(c []byte) { o.streamChoice(c, now) })
 		case "usage":
-			hasUsage = o.usage(v) || hasUsage
+			usage = v
 		case "metrics":
 			o.metrics(v)
-		case "error":
-			if s, ok := strValue(v); ok {
-				o.setError(nil, nil, []byte(strconv.Quote(s)))
-				break
-			}
-			var typ, code, msg []byte
-			if objectEach(v, func(k, f []byte) bool {
-				switch string(k) {
-				case "type":
-					typ = f
-				case "code":
-					code = f
-				case "message":
-					msg = f
-				}
-				return true
-			}) {
-				o.setError(typ, code, msg)
-			}
-		case "object":
-			s, _ := strValue(v)
-			flatError = s == "error"
-		case "message":
-			flatMsg = v
-		case "type":
-			flatType = v
-		case "code":
-			flatCode = v
+		default:
+			errObj.member(key, v)
 		}
 		return true
 	})
-	if flatError {
-		o.setError(flatType, flatCode, flatMsg)
+	if e := errObj.engineError(); e != nil {
+		o.setError(e)
 	}
-	return hasUsage && emptyChoices
+	if usage == nil || isNull(usage) {
+		return false
+	}
+	if choicesN > 0 {
+		o.Continuous = true
+		return false
+	}
+	if o.usage(usage) {
+		return choicesN == 0
+	}
+	return false
 }
 
-// choice reads one choice and reports whether it carried content.
-func (o *Observer) choice(c []byte) bool {
-	index0 := true
-	var finish, text []byte
-	content := false
+// streamChoice reads one choice of a stream chunk.
+func (o *Observer) streamChoice(c []byte, now time.Time) {
+	index := -1
+	var finish, text, reasoning []byte
+	var tools, hasRole bool
 	objectEach(c, func(key, v []byte) bool {
 		switch string(key) {
 		case "index":
-			index0 = string(v) == "0"
+			if n, err := strconv.Atoi(bstr(v)); err == nil && n >= 0 {
+				index = n
+			}
 		case "finish_reason":
 			finish = v
 		case "text":
 			text = v
-		case "delta", "message":
+		case "delta":
 			objectEach(v, func(k, f []byte) bool {
 				switch string(k) {
+				case "role":
+					hasRole = !isNull(f)
 				case "content":
 					text = f
 				case "reasoning_content", "reasoning":
-					if s, ok := strValue(f); ok && s != "" {
-						content = true
-						o.addText(s)
+					if reasoning == nil || isNull(reasoning) {
+						reasoning = f
 					}
 				case "tool_calls":
-					if arrayEach(f, func([]byte) {}) > 0 {
-						content = true
+					tools = arrayEach(f, func([]byte) {}) > 0
+				}
+				return true
+			})
+		}
+		return true
+	})
+	output := tools
+	if s, ok := strValue(reasoning); ok && s != "" {
+		output = true
+		o.addText(index, s)
+	}
+	if s, ok := strValue(text); ok && s != "" {
+		output = true
+		o.addText(index, s)
+	}
+	if output && o.firstOutput.IsZero() {
+		o.firstOutput = now
+	}
+	st := o.choices.at(index)
+	if st == nil {
+		return
+	}
+	// vLLM's first chunk of each chat choice carries only the role (and content ""): no token.
+	if output || !hasRole {
+		st.token(now)
+		o.choices.events++
+	}
+	if s, ok := strValue(finish); ok && s != "" {
+		st.finish = strings.Clone(s)
+	}
+}
+
+// responsesEvent reads one /v1/responses stream event (OpenAI's ResponseStreamEvent types, which
+// vLLM's api_router writes as "event: <type>\ndata: <json>").
+func (o *Observer) responsesEvent(obj []byte, now time.Time) {
+	var typ string
+	var response, delta []byte
+	var errObj errorFields
+	objectEach(obj, func(key, v []byte) bool {
+		switch string(key) {
+		case "type":
+			typ, _ = strValue(v)
+			errObj.member(key, v)
+		case "response":
+			response = v
+		case "delta":
+			delta = v
+		default:
+			errObj.member(key, v)
+		}
+		return true
+	})
+	switch {
+	case strings.HasSuffix(typ, ".delta"):
+		s, ok := strValue(delta)
+		if !ok || s == "" {
+			return
+		}
+		if o.firstOutput.IsZero() {
+			o.firstOutput = now
+		}
+		o.choices.at(0).token(now)
+		o.choices.events++
+		switch typ {
+		case "response.output_text.delta", "response.reasoning_text.delta", "response.reasoning_summary_text.delta", "response.refusal.delta":
+			o.addText(0, s)
+		}
+	case typ == "error":
+		o.Terminal = true
+		if e := errObj.engineError(); e != nil {
+			o.setError(e)
+		}
+	case typ == "response.completed" || typ == "response.incomplete" || typ == "response.failed":
+		o.Terminal = true
+		o.responseObject(response)
+	case response != nil:
+		o.responseObject(response)
+	}
+}
+
+// responseFields are the members of a Responses API response object the gateway reads.
+type responseFields struct {
+	id, model, status, incomplete, usage, output, errV []byte
+}
+
+func (r *responseFields) member(key string, v []byte) {
+	switch key {
+	case "id":
+		r.id = v
+	case "model":
+		r.model = v
+	case "status":
+		r.status = v
+	case "incomplete_details":
+		r.incomplete = v
+	case "usage":
+		r.usage = v
+	case "output":
+		r.output = v
+	case "error":
+		r.errV = v
+	}
+}
+
+// responseObject reads the response object inside a Responses stream event.
+func (o *Observer) responseObject(v []byte) {
+	var r responseFields
+	objectEach(v, func(k, f []byte) bool { r.member(bstr(k), f); return true })
+	o.response(&r, false)
+}
+
+// response reads a Responses API response: the non-streaming body or the response inside a
+// stream event. withOutput reads its output items (a body; a stream's deltas were read already).
+func (o *Observer) response(r *responseFields, withOutput bool) {
+	o.setID(r.id)
+	o.setModel(r.model)
+	if r.usage != nil && !isNull(r.usage) {
+		o.usage(r.usage)
+	}
+	if withOutput {
+		arrayEach(r.output, o.responseOutputItem)
+	}
+	if r.errV != nil && !isNull(r.errV) {
+		var e errorFields
+		objectEach(r.errV, func(k, f []byte) bool { e.member(k, f); return true })
+		o.setError(e.fields())
+	}
+	// vLLM sets status "incomplete" (reason max_output_tokens) when the engine finished on
+	// "length", "completed" otherwise (vllm/entrypoints/openai/responses/serving.py).
+	status, _ := strValue(r.status)
+	reason := ""
+	switch status {
+	case "completed":
+		reason = "stop"
+	case "incomplete":
+		objectEach(r.incomplete, func(k, f []byte) bool {
+			if string(k) == "reason" {
+				reason, _ = strValue(f)
+			}
+			return true
+		})
+		if reason == "max_output_tokens" {
+			reason = "length"
+		}
+	}
+	if reason != "" {
+		o.choices.at(0).finish = strings.Clone(reason)
+	}
+}
+
+// responseOutputItem reads one output item of a Responses API body: message text, reasoning text
+// and function call arguments are generated output.
+func (o *Observer) responseOutputItem(item []byte) {
+	objectEach(item, func(k, f []byte) bool {
+		switch string(k) {
+		case "content", "summary":
+			arrayEach(f, func(part []byte) {
+				objectEach(part, func(pk, pv []byte) bool {
+					if string(pk) == "text" {
+						if s, ok := strValue(pv); ok {
+							o.addText(0, s)
+						}
+					}
+					return true
+				})
+			})
+		}
+		return true
+	})
+}
+
+// Body feeds the next bytes of a non-streaming body.
+func (o *Observer) Body(p []byte) { o.body.Write(p) }
+
+// BodyEnd reads the members of the body fed so far.
+func (o *Observer) BodyEnd() {
+	b := o.body
+	if b.notJSON {
+		msg := strings.TrimSpace(strings.ToValidUTF8(string(b.textHead), "\uFFFD"))
+		if msg != "" {
+			o.setError(&EngineError{Message: msg})
+		}
+		return
+	}
+	o.setID(b.get("id"))
+	o.setModel(b.get("model"))
+	switch o.endpoint {
+	case Responses:
+		if obj, _ := strValue(b.get("object")); obj == "response" {
+			var r responseFields
+			for _, m := range b.members {
+				r.member(m.key, m.raw)
+			}
+			o.response(&r, true)
+		}
+	default:
+		arrayEach(b.get("choices"), o.bodyChoice)
+		if u := b.get("usage"); u != nil && !isNull(u) {
+			o.usage(u)
+		}
+		if m := b.get("metrics"); m != nil {
+			o.metrics(m)
+		}
+	}
+	var e errorFields
+	for _, m := range b.members {
+		e.member([]byte(m.key), m.raw)
+	}
+	if ee := e.engineError(); ee != nil {
+		o.setError(ee)
+	}
+}
+
+// bodyChoice reads one choice of a non-streaming chat or text completion.
+func (o *Observer) bodyChoice(c []byte) {
+	index := -1
+	var finish []byte
+	objectEach(c, func(key, v []byte) bool {
+		switch string(key) {
+		case "index":
+			if n, err := strconv.Atoi(bstr(v)); err == nil && n >= 0 {
+				index = n
+			}
+		case "finish_reason":
+			finish = v
+		case "text":
+			if s, ok := strValue(v); ok {
+				o.addText(index, s)
+			}
+		case "message":
+			objectEach(v, func(k, f []byte) bool {
+				switch string(k) {
+				case "content", "reasoning_content", "reasoning":
+					if s, ok := strValue(f); ok {
+						o.addText(index, s)
 					}
 				}
 				return true
@@ -296,25 +548,37 @@ func (o *Observer) choice(c []byte) bool {
 		}
 		return true
 	})
-	if s, ok := strValue(text); ok && s != "" {
-		content = true
-		o.addText(s)
-	}
-	if index0 {
+	if st := o.choices.at(index); st != nil {
 		if s, ok := strValue(finish); ok && s != "" {
-			o.FinishReason = strings.Clone(s)
+			st.finish = strings.Clone(s)
 		}
 	}
-	return content
 }
 
-// addText runs the output check on one piece of generated text and captures it.
-func (o *Observer) addText(s string) {
+func (o *Observer) setID(v []byte) {
+	if o.ResponseID == "" {
+		if s, ok := strValue(v); ok {
+			o.ResponseID = strings.Clone(s)
+		}
+	}
+}
+
+func (o *Observer) setModel(v []byte) {
+	if o.Model == "" {
+		if s, ok := strValue(v); ok {
+			o.Model = strings.Clone(s)
+		}
+	}
+}
+
+// addText runs the output check on one piece of generated text of a choice and captures choice
+// 0's.
+func (o *Observer) addText(index int, s string) {
 	o.ContentBytes += len(s)
 	if o.script != nil {
 		o.ForeignChars += o.script.Foreign(s)
 	}
-	if o.capture && o.output.Len() < o.captureMax {
+	if o.capture && index <= 0 && o.output.Len() < o.captureMax {
 		room := o.captureMax - o.output.Len()
 		if len(s) > room {
 			s = s[:room]
@@ -323,15 +587,15 @@ func (o *Observer) addText(s string) {
 	}
 }
 
-// usage reads a usage object; false when v is not one.
+// usage reads a final usage object in either vocabulary; false when v is not an object.
 func (o *Observer) usage(v []byte) bool {
-	return objectEach(v, func(k, f []byte) bool {
+	ok := objectEach(v, func(k, f []byte) bool {
 		switch string(k) {
-		case "prompt_tokens":
+		case "prompt_tokens", "input_tokens":
 			o.PromptTokens = u32(f)
-		case "completion_tokens":
+		case "completion_tokens", "output_tokens":
 			o.CompletionTokens = u32(f)
-		case "prompt_tokens_details":
+		case "prompt_tokens_details", "input_tokens_details":
 			objectEach(f, func(k2, f2 []byte) bool {
 				if string(k2) == "cached_tokens" {
 					o.CachedTokens = u32(f2)
@@ -341,8 +605,12 @@ func (o *Observer) usage(v []byte) bool {
 		}
 		return true
 	})
+	o.Usage = o.Usage || ok
+	return ok
 }
 
+// metrics reads vLLM's per-request timing object (build_per_request_timing_metrics in
+// vllm/entrypoints/generate/base/serving.py on main). It has no prefill time.
 func (o *Observer) metrics(v []byte) {
 	objectEach(v, func(k, f []byte) bool {
 		switch string(k) {
@@ -354,37 +622,16 @@ func (o *Observer) metrics(v []byte) {
 			o.DecodeS = msToS(f)
 		case "mean_itl_ms":
 			o.EngineITLS = msToS(f)
-		case "prefill_time_ms":
-			o.PrefillS = msToS(f)
 		}
 		return true
 	})
 }
 
-// setError records the first error object seen; the raw values may be strings, numbers or absent.
-func (o *Observer) setError(typ, code, msg []byte) {
-	if o.Error != nil {
-		return
+// setError records the first error seen.
+func (o *Observer) setError(e *EngineError) {
+	if o.Error == nil {
+		o.Error = e
 	}
-	e := &EngineError{Message: strings.Clone(rawText(msg)), Type: strings.Clone(rawText(typ))}
-	if e.Type == "" {
-		e.Type = strings.Clone(rawText(code))
-	}
-	if e.Message == "" && e.Type == "" {
-		e.Message = "engine reported an error without a message"
-	}
-	o.Error = e
-}
-
-// rawText is a raw value as text: a string's content, a number's digits, "" for null or absent.
-func rawText(v []byte) string {
-	if s, ok := strValue(v); ok {
-		return s
-	}
-	if len(v) == 0 || isNull(v) || v[0] == '{' || v[0] == '[' {
-		return ""
-	}
-	return bstr(v)
 }
 
 func u32(f []byte) *uint32 {

@@ -1,21 +1,40 @@
-// Package record extracts what the gateway records from OpenAI-compatible traffic: the request
-// fields (model, stream flag, max_tokens, versions, prompt size) and, incrementally, the response
-// fields (content timing, usage, finish_reason, the engine's per-request metrics, errors, output
-// script check). It reads only the fields it needs, without decoding whole bodies into structs,
-// because it runs on every chunk of every stream.
+// Package record extracts what the gateway records from vLLM's OpenAI-compatible traffic: the
+// request fields (model, stream flag, token limit, versions, prompt size) and, incrementally, the
+// response fields (output timing per choice, usage, finish reasons, the engine's per-request
+// timing object, errors in every shape vLLM used, output script check) of chat completions, text
+// completions, the Responses API and embeddings. It reads only the fields it needs, without
+// decoding whole bodies into structs, because it runs on every chunk of every stream.
 package record
 
 import (
-	"errors"
 	"net/http"
 	"strings"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 
 	"github.com/servescope/servescope/schema"
 )
+
+// Endpoint is a recorded OpenAI-compatible endpoint; its value is the request path.
+type Endpoint string
+
+// The recorded endpoints.
+const (
+	Chat        Endpoint = "/v1/chat/completions"
+	Completions Endpoint = "/v1/completions"
+	Responses   Endpoint = "/v1/responses"
+	Embeddings  Endpoint = "/v1/embeddings"
+)
+
+// EndpointOf returns the recorded endpoint of a request path, and false for any other path.
+func EndpointOf(path string) (Endpoint, bool) {
+	switch e := Endpoint(path); e {
+	case Chat, Completions, Responses, Embeddings:
+		return e, true
+	}
+	return "", false
+}
 
 // Version headers: each sets one field of schema.Versions.
 const (
@@ -26,29 +45,24 @@ const (
 	HeaderEmbeddingModel = "X-Servescope-Embedding-Model"
 )
 
-// Request is what the gateway reads from a completion request body and its headers.
+// Request is what the gateway reads from a request body and its headers.
 type Request struct {
 	// Model is the request's `model`.
 	Model string
-	// Stream is the request's `stream` flag.
+	// Stream is true when the request's `stream` is the JSON value true.
 	Stream bool
-	// IncludeUsage is stream_options.include_usage as the client sent it.
-	IncludeUsage bool
-	// ContinuousUsage is vLLM's stream_options.continuous_usage_stats: with include_usage on,
-	// every chunk would carry usage, so the gateway must not turn include_usage on for the client.
-	ContinuousUsage bool
-	// N is the number of choices asked for (`n`, default 1).
-	N int64
-	// MaxTokens is max_tokens, or max_completion_tokens when only that is set; nil when neither
-	// is a non-negative integer.
+	// MaxTokens is the output token limit: max_tokens, or max_completion_tokens when only that is
+	// set (chat), max_output_tokens (/v1/responses); nil when none is a non-negative integer.
 	MaxTokens *uint32
 	// Versions come from the X-Servescope-* headers first and OpenAI `metadata` second (keys app,
 	// prompt_version, config_version, index_version, embedding_model_version).
 	Versions schema.Versions
-	// PromptBytes is the size in bytes of the prompt text: every message's text content for chat,
-	// `prompt` for completions; nil when the body has neither.
+	// PromptBytes is the size in bytes of the prompt text: every message's text for chat, every
+	// prompt string for completions, instructions and input text for /v1/responses, every input
+	// string for embeddings; nil when the body has none of them.
 	PromptBytes *uint32
-	// PromptText is the prompt text, filled only when capture was asked for.
+	// PromptText is the prompt text (several prompts or messages joined by "\n"), filled only
+	// when capture was asked for.
 	PromptText string
 }
 
@@ -60,83 +74,88 @@ func bstr(b []byte) string {
 	return unsafe.String(&b[0], len(b))
 }
 
-// ParseRequest reads the recorded fields of a chat or text completion body. A body that is not a
+// promptText accumulates prompt pieces.
+type promptText struct {
+	capture bool
+	seen    bool
+	bytes   int
+	b       strings.Builder
+}
+
+func (p *promptText) add(s string) {
+	p.seen = true
+	p.bytes += len(s)
+	if p.capture {
+		if p.b.Len() > 0 {
+			p.b.WriteByte('\n')
+		}
+		p.b.WriteString(s)
+	}
+}
+
+// ParseRequest reads the recorded fields of a request body to endpoint e. A body that is not a
 // JSON object yields a zero Request (the engine will answer the error). With capture, PromptText
 // holds the prompt.
-func ParseRequest(body []byte, h http.Header, capture bool) Request {
-	req := Request{N: 1}
+func ParseRequest(e Endpoint, body []byte, h http.Header, capture bool) Request {
+	var req Request
 	root := gjson.Parse(bstr(body))
 	if root.IsObject() {
 		var metadata gjson.Result
-		var prompt strings.Builder
-		var promptBytes int
-		var havePrompt bool
+		prompt := promptText{capture: capture}
+		var maxCompletion *uint32
 		root.ForEach(func(key, v gjson.Result) bool {
 			switch key.Str {
 			case "model":
 				req.Model = strings.Clone(v.String())
 			case "stream":
 				req.Stream = v.Type == gjson.True
-			case "stream_options":
-				req.IncludeUsage = v.Get("include_usage").Type == gjson.True
-				req.ContinuousUsage = v.Get("continuous_usage_stats").Type == gjson.True
 			case "max_tokens":
-				req.MaxTokens = tokenLimit(v)
-			case "n":
-				req.N = v.Int()
+				if e != Responses {
+					req.MaxTokens = tokenLimit(v)
+				}
 			case "max_completion_tokens":
-				if req.MaxTokens == nil {
+				if e == Chat {
+					maxCompletion = tokenLimit(v)
+				}
+			case "max_output_tokens":
+				if e == Responses {
 					req.MaxTokens = tokenLimit(v)
 				}
 			case "metadata":
 				metadata = v
 			case "messages":
-				havePrompt = true
-				v.ForEach(func(_, m gjson.Result) bool {
-					c := m.Get("content")
-					if c.IsArray() {
-						c.ForEach(func(_, part gjson.Result) bool {
-							if part.Get("type").Str == "text" {
-								t := part.Get("text").String()
-								promptBytes += len(t)
-								if capture {
-									prompt.WriteString(t)
-								}
-							}
-							return true
-						})
+				if e == Chat {
+					v.ForEach(func(_, m gjson.Result) bool {
+						addContent(&prompt, m.Get("content"))
 						return true
-					}
-					t := c.String()
-					promptBytes += len(t)
-					if capture {
-						if prompt.Len() > 0 {
-							prompt.WriteByte('\n')
-						}
-						prompt.WriteString(t)
-					}
-					return true
-				})
-			case "prompt":
-				havePrompt = true
-				t := v.String()
-				if v.IsArray() {
-					t = v.Get("0").String()
+					})
 				}
-				promptBytes += len(t)
-				if capture {
-					prompt.WriteString(t)
+			case "prompt":
+				if e == Completions {
+					addStrings(&prompt, v)
+				}
+			case "instructions":
+				if e == Responses && v.Type == gjson.String {
+					prompt.add(v.Str)
+				}
+			case "input":
+				switch e {
+				case Embeddings:
+					addStrings(&prompt, v)
+				case Responses:
+					addResponsesInput(&prompt, v)
 				}
 			}
 			return true
 		})
-		if havePrompt {
-			n := clampU32(int64(promptBytes))
+		if req.MaxTokens == nil {
+			req.MaxTokens = maxCompletion
+		}
+		if prompt.seen {
+			n := clampU32(int64(prompt.bytes))
 			req.PromptBytes = &n
 		}
-		if capture {
-			req.PromptText = prompt.String()
-		}
+		req.PromptText = prompt.b.String()
 		if metadata.IsObject() {
 			req.Versions = schema.Versions{
 				App:                   strings.Clone(metadata.Get("app").String()),
@@ -153,6 +172,50 @@ func ParseRequest(body []byte, h http.Header, capture bool) Request {
 	headerWins(&req.Versions.IndexVersion, h.Get(HeaderIndexVersion))
 	headerWins(&req.Versions.EmbeddingModelVersion, h.Get(HeaderEmbeddingModel))
 	return req
+}
+
+// addContent adds a chat message's content: a string, or the text of its parts of type "text".
+func addContent(p *promptText, c gjson.Result) {
+	switch {
+	case c.Type == gjson.String:
+		p.add(c.Str)
+	case c.IsArray():
+		c.ForEach(func(_, part gjson.Result) bool {
+			if t := part.Get("type").Str; t == "text" || t == "input_text" {
+				p.add(part.Get("text").String())
+			}
+			return true
+		})
+	}
+}
+
+// addStrings adds a prompt or input that is a string or an array of strings (token-id arrays
+// carry no text).
+func addStrings(p *promptText, v gjson.Result) {
+	switch {
+	case v.Type == gjson.String:
+		p.add(v.Str)
+	case v.IsArray():
+		v.ForEach(func(_, s gjson.Result) bool {
+			if s.Type == gjson.String {
+				p.add(s.Str)
+			}
+			return true
+		})
+	}
+}
+
+// addResponsesInput adds a Responses API input: a string, or items whose content is a string or
+// input_text parts.
+func addResponsesInput(p *promptText, v gjson.Result) {
+	if v.Type == gjson.String {
+		p.add(v.Str)
+		return
+	}
+	v.ForEach(func(_, item gjson.Result) bool {
+		addContent(p, item.Get("content"))
+		return true
+	})
 }
 
 func headerWins(dst *string, v string) {
@@ -177,15 +240,4 @@ func clampU32(n int64) uint32 {
 		return 1<<32 - 1
 	}
 	return uint32(n)
-}
-
-// InjectIncludeUsage returns body with stream_options.include_usage set to true, so the engine
-// sends its final usage chunk even to a client that did not ask for it (the gateway removes that
-// chunk again before the client sees it). Other bytes of the body are kept as they were.
-func InjectIncludeUsage(body []byte) ([]byte, error) {
-	// An invalid body goes to the engine untouched, for the engine to refuse.
-	if !gjson.ValidBytes(body) || !gjson.Parse(bstr(body)).IsObject() {
-		return nil, errors.New("request body is not a JSON object")
-	}
-	return sjson.SetBytes(body, "stream_options.include_usage", true)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/services/gateway/proxy"
 	"github.com/servescope/servescope/services/internal/config"
@@ -52,6 +53,15 @@ type Config struct {
 	// CaptureRedact lists redaction regular expressions (RE2), one per line; matches are
 	// replaced by [REDACTED] before truncation. One pattern with alternation works as well.
 	CaptureRedact []string `env:"GATEWAY_CAPTURE_REDACT" envSeparator:"\n"`
+	// AskUsage asks the engine for the final usage chunk of streams whose client did not, and
+	// removes that chunk from the client's stream. Set it to false when the engines run vLLM with
+	// --enable-force-include-usage: they send that chunk to every client, so removing it would
+	// change the answer (and it is not needed for exact tokens).
+	AskUsage bool `env:"GATEWAY_ASK_USAGE" envDefault:"true"`
+	// EnginePromptTokensDetails says every engine runs vLLM with --enable-prompt-tokens-details.
+	// vLLM then leaves usage.prompt_tokens_details out exactly when no prompt token came from the
+	// prefix cache, so the gateway records cached_tokens 0 for it; otherwise that stays unknown.
+	EnginePromptTokensDetails bool `env:"GATEWAY_ENGINE_PROMPT_TOKENS_DETAILS" envDefault:"false"`
 	// AllowedScripts lists the Unicode scripts generated text may use (Common and Inherited are
 	// always allowed), comma-separated, e.g. "Latin,Cyrillic".
 	AllowedScripts []string `env:"GATEWAY_ALLOWED_SCRIPTS" envDefault:"Latin" envSeparator:","`
@@ -91,8 +101,8 @@ func (c *Config) Validate() error {
 	if c.MaxBodyBytes <= 0 || c.IngestMaxBytes <= 0 || c.SpoolMaxBytes <= 0 {
 		return fmt.Errorf("GATEWAY_MAX_BODY_BYTES, GATEWAY_INGEST_MAX_BYTES and GATEWAY_SPOOL_MAX_BYTES must be positive")
 	}
-	if c.CaptureMaxBytes <= 0 || c.CaptureMaxBytes > 256<<10 {
-		return fmt.Errorf("GATEWAY_CAPTURE_MAX_BYTES: %d, must be between 1 and %d", c.CaptureMaxBytes, 256<<10)
+	if c.CaptureMaxBytes <= 0 || c.CaptureMaxBytes > schema.MaxContentBytes {
+		return fmt.Errorf("GATEWAY_CAPTURE_MAX_BYTES: %d, must be between 1 and %d", c.CaptureMaxBytes, schema.MaxContentBytes)
 	}
 	if c.UpstreamDialTimeout <= 0 || c.UpstreamHeaderTimeout <= 0 || c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("GATEWAY_UPSTREAM_DIAL_TIMEOUT, GATEWAY_UPSTREAM_HEADER_TIMEOUT and GATEWAY_SHUTDOWN_TIMEOUT must be positive")

@@ -424,9 +424,8 @@ func TestProxiesOtherPathsAndServesOwnEndpoints(t *testing.T) {
 
 // TestClientHangingUpAfterDoneIsNotA499 is the reproducer of a stream recorded as 499 although
 // the client had its whole answer: loadgen and many SDKs close the connection the moment they read
-// "data: [DONE]", which cancelled the gateway's read of the engine's tail. Both paths: the client
-// asked for the usage chunk itself (the engine's [DONE] is forwarded), and it did not (the gateway
-// ends the client's stream with its own [DONE]).
+// "data: [DONE]", which cancels the gateway's read of the engine's tail. Both paths: the client
+// asked for the usage chunk itself, and it did not (the gateway asked, and removed that chunk).
 func TestClientHangingUpAfterDoneIsNotA499(t *testing.T) {
 	t.Parallel()
 	js, topo, natsCfg := testenv.JetStream(t)

@@ -131,6 +131,7 @@ func (s *Server) buildHandler(reg *prometheus.Registry) (http.Handler, error) {
 		Upstreams: ups, Policy: cfg.UpstreamPolicy,
 		Transport: proxy.NewTransport(cfg.UpstreamDialTimeout, cfg.UpstreamHeaderTimeout),
 		Publisher: s.pub, Script: script, Capture: capture,
+		AskUsage: cfg.AskUsage, PromptTokensDetails: cfg.EnginePromptTokensDetails,
 		MaxBodyBytes: cfg.MaxBodyBytes, Gateway: cfg.GatewayName,
 		Metrics: metrics, Logger: s.log.With("component", "proxy"), RecordLinger: cfg.PublishLinger,
 	})

@@ -1,0 +1,82 @@
+package record
+
+import "bytes"
+
+// Server-sent events as the WHATWG HTML standard defines them: lines end with CRLF, LF or CR; an
+// empty line ends an event; "data:" lines (one optional space after the colon) are joined with
+// LF; lines starting with ':' are comments. vLLM writes "data: <json>\n\n" (and, for
+// /v1/responses, an "event: <type>" line before it).
+
+// eventEnd returns the length of the first complete event in b, up to and including the empty
+// line that ends it, or -1 when b holds no complete event yet. b starts at the beginning of a
+// line. A CR at the very end of b is undecided (an LF may follow in the next read).
+func eventEnd(b []byte) int {
+	i := 0
+	for i < len(b) {
+		// b[i] starts a line: an empty line ends the event.
+		switch b[i] {
+		case '\n':
+			return i + 1
+		case '\r':
+			if i+1 == len(b) {
+				return -1
+			}
+			if b[i+1] == '\n' {
+				return i + 2
+			}
+			return i + 1
+		}
+		j := bytes.IndexAny(b[i:], "\r\n")
+		if j < 0 {
+			return -1
+		}
+		i += j
+		if b[i] == '\r' {
+			if i+1 == len(b) {
+				return -1
+			}
+			if b[i+1] == '\n' {
+				i++
+			}
+		}
+		i++
+	}
+	return -1
+}
+
+// sseData returns the data of one complete event: its "data" lines joined with LF. joined is
+// scratch space for events with several data lines. ok is false for an event without data (a
+// comment or keep-alive).
+func sseData(ev []byte, joined []byte) (data, scratch []byte, ok bool) {
+	lines := 0
+	for len(ev) > 0 {
+		j := bytes.IndexAny(ev, "\r\n")
+		line := ev
+		if j >= 0 {
+			line = ev[:j]
+			if ev[j] == '\r' && j+1 < len(ev) && ev[j+1] == '\n' {
+				j++
+			}
+			ev = ev[j+1:]
+		} else {
+			ev = nil
+		}
+		field, value, _ := bytes.Cut(line, []byte{':'})
+		if string(field) != "data" {
+			continue // comments, event:, id:, retry:, unknown fields
+		}
+		value = bytes.TrimPrefix(value, []byte{' '})
+		lines++
+		switch lines {
+		case 1:
+			data = value
+		case 2:
+			joined = append(append(append(joined[:0], data...), '\n'), value...)
+			data = joined
+		default:
+			joined = append(append(joined, '\n'), value...)
+			data = joined
+		}
+	}
+	return data, joined, lines > 0
+}

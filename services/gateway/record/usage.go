@@ -1,0 +1,160 @@
+package record
+
+import (
+	"bytes"
+	"slices"
+
+	"github.com/tidwall/gjson"
+)
+
+// AskUsage returns the body of a streamed chat or text completion rewritten so that vLLM sends
+// its final usage-only chunk (`"choices":[]` with `usage`), and true, when the request as sent
+// would get no usage at all and asking changes nothing else; otherwise body unchanged and false.
+//
+// vLLM reads stream_options with pydantic (StreamOptions: include_usage defaults to True when
+// stream_options is an object, continuous_usage_stats to False) and sends the final usage chunk
+// when include_usage is true, and usage on every chunk when continuous_usage_stats is true as
+// well (vllm/entrypoints/openai/serving_chat.py at v0.10, should_include_usage in
+// vllm/entrypoints/utils.py on main). So the gateway asks only when:
+//
+//   - stream is the JSON value true (vLLM refuses stream_options without stream);
+//   - stream_options is absent or null: it adds {"include_usage":true};
+//   - or stream_options is an object whose include_usage is false or null and whose
+//     continuous_usage_stats is absent, false or null: it sets include_usage to true there
+//     (an object without include_usage already gets usage);
+//   - and the body is valid JSON, an object whose top-level keys and stream_options' keys carry no
+//     escapes and appear once each (Python's json keeps the last of duplicate keys; an escaped
+//     key may spell the same name), so what the gateway reads is what vLLM reads.
+//
+// Everything else is left alone: the engine answers as it would without the gateway, and usage is
+// read when the client's own options bring it. The rest of the body keeps its bytes.
+func AskUsage(body []byte) ([]byte, bool) {
+	// An invalid body goes to the engine untouched, for the engine to refuse in its own words.
+	if !gjson.ValidBytes(body) {
+		return body, false
+	}
+	top, ok := members(body)
+	if !ok {
+		return body, false
+	}
+	var stream, opts *member
+	for i := range top {
+		m := &top[i]
+		if bytes.IndexByte(m.key, '\\') >= 0 {
+			return body, false
+		}
+		switch string(m.key) {
+		case "stream":
+			if stream != nil {
+				return body, false
+			}
+			stream = m
+		case "stream_options":
+			if opts != nil {
+				return body, false
+			}
+			opts = m
+		}
+	}
+	if stream == nil || string(body[stream.start:stream.end]) != "true" {
+		return body, false
+	}
+	const ask = `{"include_usage":true}`
+	if opts == nil {
+		// Before the closing brace, after the last member (stream is one, so there is one).
+		last := top[len(top)-1]
+		return splice(body, last.end, last.end, `,"stream_options":`+ask), true
+	}
+	val := body[opts.start:opts.end]
+	if isNull(val) {
+		return splice(body, opts.start, opts.end, ask), true
+	}
+	inner, ok := members(val)
+	if !ok {
+		return body, false
+	}
+	var include *member
+	for i := range inner {
+		m := &inner[i]
+		if bytes.IndexByte(m.key, '\\') >= 0 {
+			return body, false
+		}
+		v := val[m.start:m.end]
+		switch string(m.key) {
+		case "include_usage":
+			if include != nil || !(isNull(v) || string(v) == "false") {
+				return body, false
+			}
+			include = m
+		case "continuous_usage_stats":
+			if !(isNull(v) || string(v) == "false") {
+				return body, false
+			}
+		}
+	}
+	if include == nil {
+		return body, false // include_usage defaults to true: the engine sends usage already
+	}
+	return splice(body, opts.start+include.start, opts.start+include.end, "true"), true
+}
+
+// splice returns a copy of b with b[from:to] replaced by s.
+func splice(b []byte, from, to int, s string) []byte {
+	out := make([]byte, 0, len(b)-(to-from)+len(s))
+	out = append(out, b[:from]...)
+	out = append(out, s...)
+	return append(out, b[to:]...)
+}
+
+// member is one member of a JSON object: its raw key (escapes kept) and the offsets of its value.
+type member struct {
+	key        []byte
+	start, end int
+}
+
+// members returns the members of the JSON object that is the whole of b, and false when b is not
+// exactly one well-formed object (with its values only skipped, not validated in depth).
+func members(b []byte) ([]member, bool) {
+	var out []member
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return out, skipSpace(b, i+1) == len(b)
+	}
+	for i < len(b) {
+		if b[i] != '"' {
+			return nil, false
+		}
+		end, ok := skipString(b, i)
+		if !ok {
+			return nil, false
+		}
+		key := b[i+1 : end-1]
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(b, i+1)
+		vend, ok := skipValue(b, i)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, member{key: key, start: i, end: vend})
+		i = skipSpace(b, vend)
+		if i >= len(b) {
+			return nil, false
+		}
+		switch b[i] {
+		case '}':
+			return slices.Clip(out), skipSpace(b, i+1) == len(b)
+		case ',':
+			i = skipSpace(b, i+1)
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
+}
