@@ -11,11 +11,15 @@ import (
 	"github.com/servescope/servescope/services/vllmsim/simmetrics"
 	"github.com/servescope/servescope/services/vllmsim/simserver"
 	"github.com/servescope/servescope/services/vllmsim/vllmlog"
+	"github.com/servescope/servescope/services/vllmsim/vllmversion"
 )
 
 // Options configure a simulator. Zero values take vLLM's defaults (engine.DefaultConfig).
 type Options struct {
-	Model     string  // served model name; default "servescope/sim-7b"
+	Model string // served model name; default "servescope/sim-7b"
+	// Version is the vLLM version whose API formats are served (default main). It overrides
+	// Server.Version; span exporters among Observers take their own (simtrace.WithVersion).
+	Version   vllmversion.Version
 	VocabSize int     // default 152064
 	TimeScale float64 // default 1; ignored when Clock is set
 	// Clock, when set, is the simulator's clock (so observers created beforehand share it).
@@ -65,6 +69,7 @@ func New(o Options) *Sim {
 	s.Metrics = simmetrics.New(o.Model, o.Engine.MaxModelLen, func() engine.Gauges { return s.Engine.Gauges() })
 	s.Engine = engine.New(o.Engine, tok, s.Clock, append([]engine.Observer{s.Metrics, s.Log}, o.Observers...)...)
 	o.Server.Model = o.Model
+	o.Server.Version = o.Version
 	s.Handler = simserver.New(o.Server, s.Engine, s.Metrics)
 	return s
 }
