@@ -45,7 +45,6 @@ type call struct {
 	children                      []*child
 	notify                        chan struct{}
 	responses                     *openaiwire.ResponsesRequest
-	embeddings                    *openaiwire.EmbeddingRequest
 }
 
 // child is one engine request of a call.

@@ -278,7 +278,6 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, aerr)
 		return
 	}
-	c.embeddings = req
 	if !s.submit(w, r, c) || !s.collect(w, r, c) {
 		return
 	}
