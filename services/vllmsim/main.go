@@ -1,8 +1,9 @@
 // Command vllmsim is a vLLM-compatible engine simulator: vLLM's OpenAI API server on the wire,
 // its /metrics, its log lines and its OTLP spans, in front of a simulated engine (package engine)
 // calibrated on the reference's RTX 3060 measurements. It lets servescope's demo and tests run
-// without a GPU. Every flag can also be set with VLLMSIM_<NAME> (e.g. VLLMSIM_MAX_NUM_SEQS=128);
-// a flag given on the command line wins.
+// without a GPU. --vllm-version selects whose formats it serves (0.8, 0.10 or main, the
+// default). Every flag can also be set with VLLMSIM_<NAME> (e.g. VLLMSIM_MAX_NUM_SEQS=128); a flag
+// given on the command line wins.
 //
 // Time: --time-scale N runs the simulation N times faster than the wall clock. Everything the
 // simulator reports (metrics, per-request metrics, spans, log timestamps) is in simulated seconds,
@@ -27,10 +28,10 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/servescope/servescope/services/vllmsim/engine"
-	"github.com/servescope/servescope/services/vllmsim/release"
 	"github.com/servescope/servescope/services/vllmsim/sim"
 	"github.com/servescope/servescope/services/vllmsim/simserver"
 	"github.com/servescope/servescope/services/vllmsim/simtrace"
+	"github.com/servescope/servescope/services/vllmsim/vllmversion"
 )
 
 type config struct {
@@ -53,6 +54,12 @@ type config struct {
 	PerRequestMetrics   bool    `env:"ENABLE_PER_REQUEST_METRICS" envDefault:"false"`
 	VLLMVersion         string  `env:"VLLM_VERSION" envDefault:"main"`
 	LogFormat           string  `env:"LOG_FORMAT" envDefault:"text"`
+	PromptTokensDetails bool    `env:"ENABLE_PROMPT_TOKENS_DETAILS" envDefault:"false"`
+	ForceIncludeUsage   bool    `env:"ENABLE_FORCE_INCLUDE_USAGE" envDefault:"false"`
+	RequestIDHeaders    bool    `env:"ENABLE_REQUEST_ID_HEADERS" envDefault:"false"`
+	EmbeddingDim        int     `env:"EMBEDDING_DIM" envDefault:"384"`
+
+	version vllmversion.Version
 }
 
 func loadConfig(args []string) (config, error) {
@@ -60,6 +67,16 @@ func loadConfig(args []string) (config, error) {
 	if err := env.ParseWithOptions(&c, env.Options{Prefix: "VLLMSIM_"}); err != nil {
 		return c, fmt.Errorf("read VLLMSIM_* environment: %w", err)
 	}
+	fs := flagSet(&c)
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	return c, c.validate()
+}
+
+// flagSet defines one flag per config field, named after its VLLMSIM_ variable (VLLMSIM_MAX_NUM_SEQS
+// is --max-num-seqs), with the field's current value as default.
+func flagSet(c *config) *flag.FlagSet {
 	fs := flag.NewFlagSet("vllmsim", flag.ContinueOnError)
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address to serve the OpenAI API, /metrics and /health on")
 	fs.StringVar(&c.Model, "model", c.Model, "served model name")
@@ -70,33 +87,54 @@ func loadConfig(args []string) (config, error) {
 	fs.IntVar(&c.VocabSize, "vocab-size", c.VocabSize, "vocabulary size (logits width, used by the OOM crash)")
 	fs.Float64Var(&c.TimeScale, "time-scale", c.TimeScale, "simulated seconds per wall second (10 runs ten times faster; reports stay in simulated seconds)")
 	fs.StringVar(&c.LogFile, "log-file", c.LogFile, "append vLLM-shaped log lines to this file instead of stdout")
-	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", c.OTLPEndpoint, "export one llm_request span per request to this OTLP endpoint (host:port)")
+	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", c.OTLPEndpoint, "export llm_request spans to this OTLP endpoint (host:port) as --vllm-version does: one per engine request (per prompt and sample), one per sequence group at 0.8; resource service.name from OTEL_SERVICE_NAME, else \"unknown_service\"")
 	fs.StringVar(&c.OTLPProtocol, "otlp-protocol", c.OTLPProtocol, "OTLP protocol: grpc or http/protobuf")
 	fs.IntVar(&c.CrashAtRunning, "crash-at-running", c.CrashAtRunning, "die with a CUDA OOM in the sampler when running exceeds this (0 = never)")
 	fs.Float64Var(&c.WrongLanguageShare, "wrong-language-share", c.WrongLanguageShare, "share of answers with CJK characters mixed in (0..1)")
 	fs.Float64Var(&c.SlowShare, "slow-share", c.SlowShare, "share of requests delayed before reaching the engine (0..1)")
 	fs.Float64Var(&c.SlowDelayS, "slow-delay-s", c.SlowDelayS, "delay of slow requests, simulated seconds")
 	fs.Float64Var(&c.DropShare, "drop-share", c.DropShare, "share of streams whose connection is cut mid-stream (0..1)")
-	fs.BoolVar(&c.PerRequestMetrics, "enable-per-request-metrics", c.PerRequestMetrics, "add a per-request metrics object to responses")
-	fs.StringVar(&c.VLLMVersion, "vllm-version", c.VLLMVersion, "vLLM release whose /metrics and log formats to emit: 0.8-v0 (V0 engine), 0.8, 0.10 or main")
+	fs.StringVar(&c.VLLMVersion, "vllm-version", c.VLLMVersion, "vLLM release to imitate (API, errors, spans, /metrics and log): 0.8-v0 (v0.8.5 on its V0 engine), 0.8 (v0.8.5, V1 engine; with --otlp-endpoint it runs V0 as vLLM 0.8 does), 0.10 (v0.10.2) or main")
+	fs.BoolVar(&c.PerRequestMetrics, "enable-per-request-metrics", c.PerRequestMetrics, "add vLLM main's per-request timing object (\"metrics\") to non-streaming responses and to the final usage chunk of streams (main only)")
+	fs.BoolVar(&c.PromptTokensDetails, "enable-prompt-tokens-details", c.PromptTokensDetails, "report usage.prompt_tokens_details.cached_tokens when prompt tokens came from the prefix cache (null otherwise, as vLLM)")
+	fs.BoolVar(&c.ForceIncludeUsage, "enable-force-include-usage", c.ForceIncludeUsage, "end every stream with a usage chunk, as if stream_options.include_usage were true (0.10 and main)")
+	fs.BoolVar(&c.RequestIDHeaders, "enable-request-id-headers", c.RequestIDHeaders, "answer every request with an X-Request-Id header: the request's, or a fresh uuid hex")
+	fs.IntVar(&c.EmbeddingDim, "embedding-dim", c.EmbeddingDim, "length of /v1/embeddings vectors")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log record format: text (vLLM's default) or json (a JSON formatter through VLLM_LOGGING_CONFIG_PATH)")
-	if err := fs.Parse(args); err != nil {
-		return c, err
+	return fs
+}
+
+// validate checks the settings together and resolves the vLLM version.
+func (c *config) validate() error {
+	v, err := vllmversion.Parse(c.VLLMVersion)
+	if err != nil {
+		return fmt.Errorf("--vllm-version: %w", err)
+	}
+	if v == vllmversion.V0_8 && c.OTLPEndpoint != "" {
+		// vLLM 0.8's V1 engine cannot trace: --otlp-traces-endpoint makes it fall back to the V0
+		// engine (vllm/engine/arg_utils.py, _is_v1_supported_oracle), metrics and log included.
+		v = vllmversion.V0_8V0
+	}
+	c.version = v
+	switch {
+	case c.PerRequestMetrics && !v.PerRequestMetrics():
+		return fmt.Errorf("--enable-per-request-metrics does not exist in vLLM %s (main only)", v)
+	case c.ForceIncludeUsage && !v.ForceIncludeUsage():
+		return fmt.Errorf("--enable-force-include-usage does not exist in vLLM %s", v)
+	case c.EmbeddingDim < 1:
+		return fmt.Errorf("--embedding-dim must be >= 1, got %d", c.EmbeddingDim)
 	}
 	switch {
 	case c.TimeScale <= 0:
-		return c, fmt.Errorf("--time-scale must be > 0, got %g", c.TimeScale)
+		return fmt.Errorf("--time-scale must be > 0, got %g", c.TimeScale)
 	case c.MaxNumSeqs < 1 || c.MaxModelLen < 16 || c.KVCacheTokens < c.MaxModelLen:
-		return c, fmt.Errorf("need --max-num-seqs >= 1, --max-model-len >= 16 and --kv-cache-tokens >= --max-model-len")
+		return fmt.Errorf("need --max-num-seqs >= 1, --max-model-len >= 16 and --kv-cache-tokens >= --max-model-len")
 	case c.WrongLanguageShare < 0 || c.WrongLanguageShare > 1 || c.SlowShare < 0 || c.SlowShare > 1 || c.DropShare < 0 || c.DropShare > 1:
-		return c, fmt.Errorf("shares must be within [0, 1]")
+		return fmt.Errorf("shares must be within [0, 1]")
 	case c.LogFormat != "text" && c.LogFormat != "json":
-		return c, fmt.Errorf("--log-format must be text or json, got %q", c.LogFormat)
+		return fmt.Errorf("--log-format must be text or json, got %q", c.LogFormat)
 	}
-	if _, err := release.Parse(c.VLLMVersion); err != nil {
-		return c, fmt.Errorf("--vllm-version: %w", err)
-	}
-	return c, nil
+	return nil
 }
 
 func main() {
@@ -136,12 +174,16 @@ func run(args []string) int {
 	ecfg.WrongLanguageShare = cfg.WrongLanguageShare
 	clock := engine.NewClock(cfg.TimeScale)
 	opts := sim.Options{
-		Model: cfg.Model, VocabSize: cfg.VocabSize, Clock: clock, Engine: ecfg, LogWriter: logOut, APIPID: os.Getpid(),
-		Release: release.Release(cfg.VLLMVersion), LogJSON: cfg.LogFormat == "json",
-		Server: simserver.Config{PerRequestMetrics: cfg.PerRequestMetrics, SlowShare: cfg.SlowShare, SlowDelayS: cfg.SlowDelayS, DropShare: cfg.DropShare, Log: log},
+		Model: cfg.Model, Version: cfg.version, VocabSize: cfg.VocabSize, Clock: clock, Engine: ecfg, LogWriter: logOut, APIPID: os.Getpid(),
+		LogJSON: cfg.LogFormat == "json",
+		Server: simserver.Config{
+			PerRequestMetrics: cfg.PerRequestMetrics, EnablePromptTokensDetails: cfg.PromptTokensDetails,
+			EnableForceIncludeUsage: cfg.ForceIncludeUsage, EnableRequestIDHeaders: cfg.RequestIDHeaders, EmbeddingDim: cfg.EmbeddingDim,
+			SlowShare: cfg.SlowShare, SlowDelayS: cfg.SlowDelayS, DropShare: cfg.DropShare, Log: log,
+		},
 	}
 	if cfg.OTLPEndpoint != "" {
-		exp, err := simtrace.New(ctx, cfg.OTLPEndpoint, cfg.OTLPProtocol, clock)
+		exp, err := simtrace.New(ctx, cfg.OTLPEndpoint, cfg.OTLPProtocol, clock, simtrace.WithVersion(cfg.version))
 		if err != nil {
 			log.Error("otlp exporter", "err", err)
 			return 1
@@ -168,7 +210,7 @@ func run(args []string) int {
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	vlog.Startup(cfg.Model, cfg.MaxModelLen, ln.Addr().String())
-	log.Info("vllmsim serving", "addr", ln.Addr().String(), "model", cfg.Model, "time_scale", cfg.TimeScale)
+	log.Info("vllmsim serving", "addr", ln.Addr().String(), "model", cfg.Model, "vllm_version", cfg.version.String(), "time_scale", cfg.TimeScale)
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/servescope/servescope/services/loadgen/load"
 	"github.com/servescope/servescope/services/vllmsim/vllmlog"
+	"github.com/servescope/servescope/services/vllmsim/vllmversion"
 )
 
 // TestMain lets tests run the real vllmsim binary: the test binary re-executes itself with
@@ -154,5 +156,47 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 	t.Setenv("VLLMSIM_MAX_NUM_SEQS", "many")
 	if _, err := loadConfig(nil); err == nil {
 		t.Fatal("bad env value accepted")
+	}
+}
+
+func TestVersionFlags(t *testing.T) {
+	c, err := loadConfig([]string{"--vllm-version", "0.8", "--enable-prompt-tokens-details", "--enable-request-id-headers"})
+	if err != nil || c.version != vllmversion.V0_8 || !c.PromptTokensDetails || !c.RequestIDHeaders {
+		t.Fatalf("config %+v, %v", c, err)
+	}
+	if c, err := loadConfig(nil); err != nil || c.version != vllmversion.Main {
+		t.Fatalf("default version %v, %v", c.version, err)
+	}
+	for _, args := range [][]string{
+		{"--vllm-version", "0.9"},
+		{"--vllm-version", "0.10", "--enable-per-request-metrics"},
+		{"--vllm-version", "0.8", "--enable-force-include-usage"},
+		{"--embedding-dim", "0"},
+	} {
+		if _, err := loadConfig(args); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+	t.Setenv("VLLMSIM_VLLM_VERSION", "0.10")
+	if c, err := loadConfig(nil); err != nil || c.version != vllmversion.V0_10 {
+		t.Fatalf("VLLMSIM_VLLM_VERSION: %v, %v", c.version, err)
+	}
+}
+
+// TestEveryVariableHasAFlag keeps --help complete: every VLLMSIM_<NAME> setting is a documented
+// --<name> flag.
+func TestEveryVariableHasAFlag(t *testing.T) {
+	var c config
+	fs := flagSet(&c)
+	typ := reflect.TypeOf(c)
+	for i := 0; i < typ.NumField(); i++ {
+		name, ok := typ.Field(i).Tag.Lookup("env")
+		if !ok {
+			continue
+		}
+		f := fs.Lookup(strings.ToLower(strings.ReplaceAll(name, "_", "-")))
+		if f == nil || f.Usage == "" {
+			t.Errorf("VLLMSIM_%s has no documented flag", name)
+		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/servescope/servescope/services/vllmsim/engine"
-	"github.com/servescope/servescope/services/vllmsim/release"
+	"github.com/servescope/servescope/services/vllmsim/vllmversion"
 	"github.com/servescope/servescope/services/vllmsim/simmetrics"
 )
 
@@ -15,8 +15,8 @@ import (
 // fraction whatever its name, the inter-token histogram under its main name, and the
 // prefix-cache counters of 0.8 kept apart because they count blocks.
 func TestScrapeVLLMSimEveryRelease(t *testing.T) {
-	for _, rel := range release.All {
-		t.Run(string(rel), func(t *testing.T) {
+	for _, rel := range vllmversion.All {
+		t.Run(rel.String(), func(t *testing.T) {
 			g := engine.Gauges{Running: 193, Waiting: 7, KVCacheUsage: 0.159}
 			m := simmetrics.NewRelease("Qwen/Qwen2.5-7B-Instruct-AWQ", 4096, func() engine.Gauges { return g }, rel)
 			m.PrefixCache(160, 64)
@@ -42,11 +42,11 @@ func TestScrapeVLLMSimEveryRelease(t *testing.T) {
 				t.Errorf("counters %v", e.Counters)
 			}
 			switch rel {
-			case release.V08V0:
+			case vllmversion.V0_8V0:
 				if e.Gauges["num_requests_swapped"] != 0 || e.Gauges["gpu_prefix_cache_hit_rate"] != 0.4 {
 					t.Errorf("V0 gauges %v", e.Gauges)
 				}
-			case release.V08:
+			case vllmversion.V0_8:
 				if e.Counters["gpu_prefix_cache_queries_total"] != 10 || e.Counters["gpu_prefix_cache_hits_total"] != 4 {
 					t.Errorf("0.8 prefix-cache blocks %v", e.Counters)
 				}
@@ -58,7 +58,7 @@ func TestScrapeVLLMSimEveryRelease(t *testing.T) {
 					t.Errorf("prefix-cache tokens %v", e.Counters)
 				}
 			}
-			if rel == release.Main {
+			if rel == vllmversion.Main {
 				if _, ok := e.Histograms["request_time_per_output_token_seconds"]; !ok {
 					t.Error("main lacks the per-request TPOT histogram")
 				}

@@ -1,7 +1,9 @@
 package openaiwire
 
 import (
+	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -22,7 +24,11 @@ func TestDecodeChatCompletionRequest(t *testing.T) {
 		{name: "bad role", body: `{"messages":[{"role":"robot","content":"x"}]}`, wantErr: true, wantParam: "messages"},
 		{name: "zero max_tokens", body: `{"messages":[{"role":"user","content":"x"}],"max_tokens":0}`, wantErr: true, wantParam: "max_tokens"},
 		{name: "wrong type", body: `{"messages":[{"role":"user","content":"x"}],"max_tokens":"9"}`, wantErr: true, wantParam: "max_tokens"},
-		{name: "n=2", body: `{"messages":[{"role":"user","content":"x"}],"n":2}`, wantErr: true, wantParam: "n"},
+		{name: "n=2", body: `{"messages":[{"role":"user","content":"x"}],"n":2}`, wantText: "x"},
+		{name: "n=0", body: `{"messages":[{"role":"user","content":"x"}],"n":0}`, wantErr: true, wantParam: "n"},
+		{name: "stream_options without stream", body: `{"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}}`, wantErr: true, wantParam: "stream_options"},
+		{name: "negative temperature", body: `{"messages":[{"role":"user","content":"x"}],"temperature":-0.1}`, wantErr: true, wantParam: "temperature"},
+		{name: "temperature above 2", body: `{"messages":[{"role":"user","content":"x"}],"temperature":2.5}`, wantText: "x"},
 		{name: "not json", body: `{"messages":`, wantErr: true},
 		{name: "content number", body: `{"messages":[{"role":"user","content":5}]}`, wantErr: true},
 	}
@@ -53,18 +59,100 @@ func TestDecodeChatCompletionRequest(t *testing.T) {
 }
 
 func TestDecodeCompletionRequest(t *testing.T) {
-	req, err := DecodeCompletionRequest(strings.NewReader(`{"model":"m","prompt":["first","second"],"max_tokens":3}`))
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name string
+		body string
+		want Prompts // nil: an error is expected
+	}{
+		{"string", `{"prompt":"once"}`, Prompts{{Text: "once"}}},
+		{"strings", `{"prompt":["a","b","c"],"max_tokens":3}`, Prompts{{Text: "a"}, {Text: "b"}, {Text: "c"}}},
+		{"token ids", `{"prompt":[1,2,3]}`, Prompts{{TokenIDs: []int{1, 2, 3}}}},
+		{"token-id arrays", `{"prompt":[[1,2],[3]]}`, Prompts{{TokenIDs: []int{1, 2}}, {TokenIDs: []int{3}}}},
+		{"empty string", `{"prompt":""}`, nil},
+		{"empty list", `{"prompt":[]}`, nil},
+		{"empty token-id array", `{"prompt":[[1],[]]}`, nil},
+		{"mixed", `{"prompt":["a",1]}`, nil},
+		{"number", `{"prompt":5}`, nil},
+		{"too deep", `{"prompt":[[[1]]]}`, nil},
+		{"too many sequences", `{"prompt":["a","b"],"n":600}`, nil},
 	}
-	if req.Prompt != "first" {
-		t.Fatalf("prompt = %q", req.Prompt)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := DecodeCompletionRequest(strings.NewReader(tc.body))
+			if tc.want == nil {
+				var re *RequestError
+				if !errors.As(err, &re) {
+					t.Fatalf("err = %v, want *RequestError", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(req.Prompts, tc.want) {
+				t.Fatalf("prompts %+v, want %+v", req.Prompts, tc.want)
+			}
+			if string(req.Prompt) != tc.want[0].Text {
+				t.Fatalf("Prompt = %q, want the first prompt's text %q", req.Prompt, tc.want[0].Text)
+			}
+			back, err := json.Marshal(req.Prompts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var again Prompts
+			if err := json.Unmarshal(back, &again); err != nil || !reflect.DeepEqual(again, tc.want) {
+				t.Fatalf("round trip through %s: %+v, %v", back, again, err)
+			}
+		})
 	}
-	if _, err := DecodeCompletionRequest(strings.NewReader(`{"prompt":[1,2,3]}`)); err == nil {
-		t.Fatal("token-id prompt accepted")
+}
+
+func TestStreamOptionsDefaults(t *testing.T) {
+	tests := []struct {
+		body                   string
+		wantUsage, wantPerTick bool
+	}{
+		{`{}`, true, false},
+		{`{"include_usage":false}`, false, false},
+		{`{"include_usage":null,"continuous_usage_stats":true}`, true, true},
+		{`{"continuous_usage_stats":false}`, true, false},
 	}
-	if _, err := DecodeCompletionRequest(strings.NewReader(`{"prompt":""}`)); err == nil {
-		t.Fatal("empty prompt accepted")
+	for _, tc := range tests {
+		req, err := DecodeChatCompletionRequest(strings.NewReader(`{"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":` + tc.body + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req.StreamOptions.IncludeUsage != tc.wantUsage || req.StreamOptions.ContinuousUsageStats != tc.wantPerTick {
+			t.Errorf("%s: %+v", tc.body, *req.StreamOptions)
+		}
+	}
+}
+
+func TestDecodeEmbeddingRequest(t *testing.T) {
+	req, err := DecodeEmbeddingRequest(strings.NewReader(`{"model":"m","input":["a","b"],"encoding_format":"base64"}`))
+	if err != nil || len(req.Input) != 2 || req.EncodingFormat != "base64" {
+		t.Fatalf("req=%+v err=%v", req, err)
+	}
+	for _, body := range []string{`{"input":""}`, `{"input":[]}`, `{"input":"a","encoding_format":"hex"}`, `{"input":"a","dimensions":0}`} {
+		if _, err := DecodeEmbeddingRequest(strings.NewReader(body)); err == nil {
+			t.Errorf("%s accepted", body)
+		}
+	}
+}
+
+func TestDecodeResponsesRequest(t *testing.T) {
+	req, err := DecodeResponsesRequest(strings.NewReader(`{"model":"m","input":"hi","instructions":"be brief","max_output_tokens":5}`))
+	if err != nil || len(req.Input) != 1 || req.Input[0].Role != "user" || req.Input[0].Content != "hi" || *req.Instructions != "be brief" {
+		t.Fatalf("req=%+v err=%v", req, err)
+	}
+	req, err = DecodeResponsesRequest(strings.NewReader(`{"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"a"},{"type":"input_text","text":"b"}]},{"type":"function_call_output","call_id":"c","output":"x"},{"role":"assistant","content":"ok"}]}`))
+	if err != nil || len(req.Input) != 2 || req.Input[0].Content != "ab" || req.Input[1].Content != "ok" {
+		t.Fatalf("req=%+v err=%v", req, err)
+	}
+	for _, body := range []string{`{"input":[]}`, `{"input":5}`, `{"input":"x","max_output_tokens":0}`} {
+		if _, err := DecodeResponsesRequest(strings.NewReader(body)); err == nil {
+			t.Errorf("%s accepted", body)
+		}
 	}
 }
 
@@ -104,6 +192,8 @@ func FuzzDecodeChatCompletionRequest(f *testing.F) {
 func FuzzDecodeCompletionRequest(f *testing.F) {
 	f.Add(`{"model":"m","prompt":"hello","max_tokens":5}`)
 	f.Add(`{"prompt":["a","b"]}`)
+	f.Add(`{"prompt":[[1,2],[3]],"n":2}`)
+	f.Add(`{"prompt":[7],"stream":true,"stream_options":{"continuous_usage_stats":true}}`)
 	f.Fuzz(func(t *testing.T, body string) {
 		req, err := DecodeCompletionRequest(strings.NewReader(body))
 		if err != nil {
@@ -113,8 +203,49 @@ func FuzzDecodeCompletionRequest(f *testing.F) {
 			}
 			return
 		}
-		if req.Prompt == "" {
-			t.Fatal("accepted empty prompt")
+		if len(req.Prompts) == 0 || len(req.Prompts)*nOr1(req.N) > MaxSequences {
+			t.Fatalf("accepted %d prompts with n %v", len(req.Prompts), req.N)
+		}
+		for _, p := range req.Prompts {
+			if p.empty() {
+				t.Fatal("accepted an empty prompt")
+			}
+		}
+	})
+}
+
+func FuzzDecodeEmbeddingRequest(f *testing.F) {
+	f.Add(`{"model":"m","input":"hello"}`)
+	f.Add(`{"input":[[1,2],[3]],"encoding_format":"base64"}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		req, err := DecodeEmbeddingRequest(strings.NewReader(body))
+		if err != nil {
+			var re *RequestError
+			if !errors.As(err, &re) {
+				t.Fatalf("non-RequestError for in-memory body: %v", err)
+			}
+			return
+		}
+		if len(req.Input) == 0 || len(req.Input) > MaxSequences {
+			t.Fatalf("accepted %d inputs", len(req.Input))
+		}
+	})
+}
+
+func FuzzDecodeResponsesRequest(f *testing.F) {
+	f.Add(`{"model":"m","input":"hello","stream":true}`)
+	f.Add(`{"input":[{"role":"user","content":[{"type":"input_text","text":"a"}]}],"max_output_tokens":3}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		req, err := DecodeResponsesRequest(strings.NewReader(body))
+		if err != nil {
+			var re *RequestError
+			if !errors.As(err, &re) {
+				t.Fatalf("non-RequestError for in-memory body: %v", err)
+			}
+			return
+		}
+		if len(req.Input) == 0 {
+			t.Fatal("accepted a request without input messages")
 		}
 	})
 }

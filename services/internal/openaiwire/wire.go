@@ -1,11 +1,16 @@
 // Package openaiwire holds the OpenAI-compatible wire types that vLLM's API server speaks and that
-// vllmsim serves and loadgen sends: chat and text completion requests, their non-streaming
-// responses, their SSE chunks, usage, and the error envelope.
+// vllmsim serves: chat and text completion, embeddings and Responses requests, the non-streaming
+// responses and SSE chunks of the completion endpoints, usage, and the error envelope.
 //
-// Field names and JSON shapes follow vLLM's OpenAI server (vllm/entrypoints/openai/protocol.py);
-// vLLM-only extensions that servescope relies on are included (ignore_eos, min_tokens, the
+// Field names and JSON shapes follow vLLM's OpenAI server (vllm/entrypoints/openai/protocol.py up
+// to v0.10, split into chat_completion/, completion/ and engine/protocol.py on main); vLLM-only
+// extensions that servescope relies on are included (ignore_eos, min_tokens, request_id, the
 // per-request metrics object). Durations in the metrics object are milliseconds as vLLM sends them.
+// The response structs here are a convenience for test engines; vllmsim writes its bodies
+// byte-for-byte per vLLM version itself.
 package openaiwire
+
+import "encoding/json"
 
 // ChatMessage is one message of a chat request. Content is a string or, as OpenAI allows, an array
 // of content parts; only text parts are kept (joined), which is all a text-only model reads.
@@ -16,9 +21,29 @@ type ChatMessage struct {
 }
 
 // StreamOptions is OpenAI's stream_options. IncludeUsage asks for a final chunk with usage and
-// "choices": [].
+// "choices": []; as in vLLM (StreamOptions.include_usage defaults to True) it is true when the
+// object is present without the field. ContinuousUsageStats (vLLM only) adds cumulative usage to
+// every chunk, and only counts together with IncludeUsage.
 type StreamOptions struct {
-	IncludeUsage bool `json:"include_usage"`
+	IncludeUsage         bool `json:"include_usage"`
+	ContinuousUsageStats bool `json:"continuous_usage_stats,omitempty"`
+}
+
+// UnmarshalJSON applies vLLM's defaults: include_usage true, continuous_usage_stats false; a JSON
+// null leaves either at its default.
+func (o *StreamOptions) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		IncludeUsage         *bool `json:"include_usage"`
+		ContinuousUsageStats *bool `json:"continuous_usage_stats"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*o = StreamOptions{IncludeUsage: raw.IncludeUsage == nil || *raw.IncludeUsage}
+	if raw.ContinuousUsageStats != nil {
+		o.ContinuousUsageStats = *raw.ContinuousUsageStats
+	}
+	return nil
 }
 
 // ChatCompletionRequest is the body of POST /v1/chat/completions. Pointer fields are optional and
@@ -39,13 +64,18 @@ type ChatCompletionRequest struct {
 	IgnoreEOS           bool           `json:"ignore_eos,omitempty"`
 	MinTokens           int            `json:"min_tokens,omitempty"`
 	User                string         `json:"user,omitempty"`
+	// RequestID (vLLM only) is the base of the response id when no X-Request-Id header is sent.
+	RequestID string `json:"request_id,omitempty"`
 }
 
-// CompletionRequest is the body of POST /v1/completions. Prompt is a string or an array of strings
-// (only the first is served, as n>1 batching is out of the simulator's scope).
+// CompletionRequest is the body of POST /v1/completions. Prompts holds every prompt of the
+// "prompt" field (a string, an array of strings, an array of token ids or an array of such
+// arrays): vLLM runs one engine request per prompt. Prompt is the first prompt's text (empty for
+// a token-id prompt), kept for callers that serve one prompt.
 type CompletionRequest struct {
 	Model            string         `json:"model"`
-	Prompt           PromptText     `json:"prompt"`
+	Prompts          Prompts        `json:"prompt"`
+	Prompt           PromptText     `json:"-"`
 	Stream           bool           `json:"stream,omitempty"`
 	StreamOptions    *StreamOptions `json:"stream_options,omitempty"`
 	MaxTokens        *int           `json:"max_tokens,omitempty"`
@@ -57,6 +87,34 @@ type CompletionRequest struct {
 	IgnoreEOS        bool           `json:"ignore_eos,omitempty"`
 	MinTokens        int            `json:"min_tokens,omitempty"`
 	User             string         `json:"user,omitempty"`
+	RequestID        string         `json:"request_id,omitempty"`
+}
+
+// EmbeddingRequest is the body of POST /v1/embeddings. Input has the forms of a completion
+// prompt; each input is one engine request.
+type EmbeddingRequest struct {
+	Model          string  `json:"model"`
+	Input          Prompts `json:"input"`
+	EncodingFormat string  `json:"encoding_format,omitempty"` // "float" (default) or "base64"
+	Dimensions     *int    `json:"dimensions,omitempty"`
+	User           string  `json:"user,omitempty"`
+}
+
+// ResponsesRequest is the body of POST /v1/responses, as far as a text model serves it: Input is
+// a string or a list of message items, Instructions a system message.
+type ResponsesRequest struct {
+	Model           string         `json:"model"`
+	Input           ResponsesInput `json:"input"`
+	Instructions    *string        `json:"instructions,omitempty"`
+	Stream          bool           `json:"stream,omitempty"`
+	MaxOutputTokens *int           `json:"max_output_tokens,omitempty"`
+	Temperature     *float64       `json:"temperature,omitempty"`
+	TopP            *float64       `json:"top_p,omitempty"`
+	Store           *bool          `json:"store,omitempty"`
+	User            string         `json:"user,omitempty"`
+	// RequestID is vLLM's request_id field; the response id is this value (vLLM defaults it to
+	// "resp_" and a random uuid hex).
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // Usage is OpenAI's usage object; PromptTokensDetails is present only when some prompt tokens came
@@ -73,8 +131,11 @@ type PromptTokensDetails struct {
 	CachedTokens int `json:"cached_tokens"`
 }
 
-// RequestMetrics is the per-request timing object added to responses when the server runs with
-// per-request metrics enabled. Durations are milliseconds of engine (simulated) time.
+// RequestMetrics is the per-request timing object vLLM main adds to responses with
+// --enable-per-request-metrics (build_per_request_timing_metrics). Durations are milliseconds of
+// engine time: TimeToFirstTokenMs runs from first scheduling to the first token (it excludes
+// QueueTimeMs), GenerationTimeMs from the first to the last token, TokensPerSecond is output
+// tokens over scheduling-to-last-token. vLLM sends null for a field whose timestamps it lacks.
 type RequestMetrics struct {
 	QueueTimeMs        float64 `json:"queue_time_ms"`
 	TimeToFirstTokenMs float64 `json:"time_to_first_token_ms"`

@@ -15,7 +15,7 @@ import (
 	"github.com/servescope/servescope/services/internal/postmortem"
 	"github.com/servescope/servescope/services/internal/testenv"
 	"github.com/servescope/servescope/services/vllmsim/engine"
-	"github.com/servescope/servescope/services/vllmsim/release"
+	"github.com/servescope/servescope/services/vllmsim/vllmversion"
 	simlog "github.com/servescope/servescope/services/vllmsim/vllmlog"
 )
 
@@ -117,9 +117,9 @@ func TestLoadFromClickHouse(t *testing.T) {
 // V1 releases' float32 penalty product reads 112 MiB for 193 running, V0's float16 one 56 MiB.
 func TestVLLMSimCrashLog(t *testing.T) {
 	for _, tc := range []struct {
-		rel  release.Release
+		rel  vllmversion.Version
 		json bool
-	}{{release.V08V0, false}, {release.V08, false}, {release.V010, false}, {release.Main, false}, {release.Main, true}} {
+	}{{vllmversion.V0_8V0, false}, {vllmversion.V0_8, false}, {vllmversion.V0_10, false}, {vllmversion.Main, false}, {vllmversion.Main, true}} {
 		t.Run(fmt.Sprintf("%s json=%v", tc.rel, tc.json), func(t *testing.T) {
 			clock := engine.NewClock(1)
 			var buf bytes.Buffer
@@ -147,7 +147,7 @@ func TestVLLMSimCrashLog(t *testing.T) {
 			}
 			a := rep.Arithmetic
 			prints, size := "112.00 MiB", 4
-			if !tc.rel.V1() {
+			if !tc.rel.V1Engine() {
 				prints, size = "56.00 MiB", 2
 			}
 			if a.Running != 193 || a.Vocab != 152064 || a.Tensor.ElementBytes != size || a.TorchPrints != prints || simlog.FormatSize(int64(*rep.LastWords.BytesRequested)) != prints {

@@ -83,15 +83,24 @@ type Request struct {
 	MinTokens int
 	IgnoreEOS bool
 	Seed      uint64 // mixes into the natural length and the output text
+	// PrefillOnly marks a pooling request (an embedding): it leaves the engine once its prompt
+	// is computed, with no output token and finish reason "stop".
+	PrefillOnly bool
+	// Notify, when set, is signalled (without blocking; give it a buffer of 1) whenever the
+	// sequence has new tokens or ends, so one reader can follow several sequences (the n
+	// samples and the prompts of one API request) with Seq.Take.
+	Notify chan struct{}
 	// Tag is opaque to the engine and handed back in Finished (the server keeps its trace
 	// context and sampling parameters there).
 	Tag any
 }
 
-// Token is one generated token.
+// Token is one generated token. Step numbers the engine step that produced it (from 1), so a
+// reader following several sequences can order their tokens as the engine emitted them.
 type Token struct {
 	ID   int
 	Text string
+	Step uint64
 }
 
 // Finished describes a request that left the engine. Times are simulated seconds since the
@@ -109,7 +118,10 @@ type Finished struct {
 	OutputTokens int
 	MaxTokens    int
 	FinishReason string // "stop", "length" or "abort"
-	Tag          any
+	// ScheduledSteps is the number of engine steps that computed part of the request (prefill
+	// chunks and decode steps).
+	ScheduledSteps int
+	Tag            any
 }
 
 // QueueS is the time from entering the waiting queue to being first scheduled, in seconds.
@@ -201,6 +213,7 @@ type Engine struct {
 	kvUsage  atomic.Uint64 // usage × 1e6
 
 	// loop-owned state
+	steps     uint64
 	ivQueries int
 	ivHits    int
 	waiting   []*Seq
@@ -254,9 +267,37 @@ func (e *Engine) Gauges() Gauges {
 // Submit hands a request to the engine, stamping its arrival now. It fails with ErrEngineDead
 // once the engine is dead.
 func (e *Engine) Submit(req Request) (*Seq, error) {
+	seqs, err := e.SubmitAll([]Request{req})
+	if err != nil {
+		return nil, err
+	}
+	return seqs[0], nil
+}
+
+// SubmitAll hands several requests to the engine at once (the prompts and samples of one API
+// request): they reach the waiting queue at the same step boundary, in order. It fails with
+// ErrEngineDead, submitting none, once the engine is dead.
+func (e *Engine) SubmitAll(reqs []Request) ([]*Seq, error) {
+	now := e.clock.Now()
+	seqs := make([]*Seq, len(reqs))
+	for i, req := range reqs {
+		seqs[i] = e.newSeq(req, now)
+	}
+	e.mu.Lock()
+	if e.dead {
+		e.mu.Unlock()
+		return nil, ErrEngineDead
+	}
+	e.inbox = append(e.inbox, seqs...)
+	e.mu.Unlock()
+	e.poke()
+	return seqs, nil
+}
+
+func (e *Engine) newSeq(req Request, now float64) *Seq {
 	s := &Seq{
 		req:     req,
-		arrival: e.clock.Now(),
+		arrival: now,
 		notify:  make(chan struct{}, 1),
 		hashes:  blockHashes(req.PromptIDs, e.cfg.BlockSize),
 	}
@@ -267,15 +308,7 @@ func (e *Engine) Submit(req Request) (*Seq, error) {
 	s.rng = h | 1
 	s.naturalLen = 32 + int(h%993)
 	s.wrongLang = e.cfg.WrongLanguageShare > 0 && float64((h>>11)%1_000_000)/1e6 < e.cfg.WrongLanguageShare
-	e.mu.Lock()
-	if e.dead {
-		e.mu.Unlock()
-		return nil, ErrEngineDead
-	}
-	e.inbox = append(e.inbox, s)
-	e.mu.Unlock()
-	e.poke()
-	return s, nil
+	return s
 }
 
 // Abort removes a request (client went away); its sequence ends with ErrAborted.
@@ -576,6 +609,7 @@ func (e *Engine) releaseBlocks(s *Seq) {
 // apply commits a step that ended at now: computed tokens advance, full prompt blocks join the
 // prefix cache, sequences whose input is complete sample a token, finished ones leave.
 func (e *Engine) apply(now float64, plan []planned, st *StepStats) {
+	e.steps++
 	finished := false
 	for _, p := range plan {
 		s := p.s
@@ -583,6 +617,7 @@ func (e *Engine) apply(now float64, plan []planned, st *StepStats) {
 			continue // preempted later in the same scheduling pass
 		}
 		s.computed += p.chunk
+		s.steps++
 		// Full prompt blocks now computed become shareable cache entries.
 		for fb := min(s.computed, len(s.req.PromptIDs)) / e.cfg.BlockSize; len(s.shared) < fb && len(s.shared) < len(s.hashes); {
 			h := s.hashes[len(s.shared)]
@@ -594,7 +629,18 @@ func (e *Engine) apply(now float64, plan []planned, st *StepStats) {
 		if s.computed < s.totalLen() {
 			continue
 		}
+		if s.req.PrefillOnly {
+			// A pooling request is done once its prompt is computed; vLLM stamps its "first
+			// token" when that output arrives.
+			s.firstToken, s.lastToken = now, now
+			s.state = stateDone
+			s.reason = "stop"
+			s.pooled = true
+			finished = true
+			continue
+		}
 		tok := s.nextToken(e.tok)
+		tok.Step = e.steps
 		s.generated++
 		st.GenerationTokens++
 		if s.firstToken == 0 {
@@ -634,6 +680,10 @@ func (e *Engine) apply(now float64, plan []planned, st *StepStats) {
 		f := s.finished(now, s.reason)
 		for _, o := range e.observers {
 			o.RequestFinished(f)
+		}
+		if s.pooled {
+			s.finishEmpty(f)
+			continue
 		}
 		s.finish(s.lastTok, f)
 	}

@@ -323,3 +323,89 @@ func TestAbort(t *testing.T) {
 		t.Fatalf("finished %+v", rec.finished)
 	}
 }
+
+// TestNotifyFollowsSeveralSequences follows the samples of one request through a shared Notify
+// channel and Take, as the API server does for n > 1: every token arrives, step numbers never go
+// back within a sequence, samples submitted together start in the same step, and samples with
+// different seeds write different text.
+func TestNotifyFollowsSeveralSequences(t *testing.T) {
+	e, _, _ := startEngine(t, DefaultConfig())
+	notify := make(chan struct{}, 1)
+	p := prompt(e.Tokenizer(), "Explain paged attention.")
+	var reqs []Request
+	for j := 0; j < 3; j++ {
+		reqs = append(reqs, Request{ID: string(rune('0'+j)) + "_r", PromptIDs: p, MaxTokens: 12, IgnoreEOS: true, Seed: uint64(j), Notify: notify})
+	}
+	seqs, err := e.SubmitAll(reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := make([][]uint64, len(seqs))
+	texts := make([]string, len(seqs))
+	done := make([]bool, len(seqs))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for left := len(seqs); left > 0; {
+		select {
+		case <-notify:
+		case <-ctx.Done():
+			t.Fatal("timed out following the samples")
+		}
+		for i, s := range seqs {
+			if done[i] {
+				continue
+			}
+			toks, fin, d, err := s.Take(nil)
+			for _, tk := range toks {
+				steps[i] = append(steps[i], tk.Step)
+				texts[i] += tk.Text
+			}
+			if d {
+				if err != nil || fin == nil || fin.OutputTokens != 12 {
+					t.Fatalf("sample %d ended with %+v, %v", i, fin, err)
+				}
+				done[i] = true
+				left--
+			}
+		}
+	}
+	for i := range seqs {
+		if len(steps[i]) != 12 {
+			t.Fatalf("sample %d: %d tokens, want 12", i, len(steps[i]))
+		}
+		for k := 1; k < len(steps[i]); k++ {
+			if steps[i][k] <= steps[i][k-1] {
+				t.Fatalf("sample %d: steps %v not increasing", i, steps[i])
+			}
+		}
+		if steps[i][0] != steps[0][0] {
+			t.Errorf("samples submitted together got their first tokens in steps %d and %d", steps[0][0], steps[i][0])
+		}
+	}
+	if texts[0] == texts[1] || texts[1] == texts[2] {
+		t.Errorf("samples with different seeds wrote the same text: %q", texts)
+	}
+}
+
+func TestPrefillOnlyRequest(t *testing.T) {
+	e, rec, _ := startEngine(t, DefaultConfig())
+	s, err := e.Submit(Request{ID: "embd-1-0", PromptIDs: prompt(e.Tokenizer(), "embed this sentence"), PrefillOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, n, err := drain(t, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 || f.OutputTokens != 0 || f.FinishReason != "stop" || f.PromptTokens == 0 || f.ScheduledSteps != 1 {
+		t.Fatalf("pooling request: %d tokens, %+v", n, f)
+	}
+	if !(f.Scheduled < f.FirstToken && f.FirstToken == f.Finish) {
+		t.Errorf("timestamps %+v", f)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.finished) != 1 {
+		t.Errorf("%d finished records", len(rec.finished))
+	}
+}

@@ -38,6 +38,8 @@ type Seq struct {
 	rng           uint64
 	reason        string
 	lastTok       Token
+	steps         int
+	pooled        bool
 
 	mu      sync.Mutex
 	pending []Token
@@ -84,19 +86,20 @@ func (s *Seq) nextToken(t *Tokenizer) Token {
 
 func (s *Seq) finished(now float64, reason string) *Finished {
 	return &Finished{
-		ID:           s.req.ID,
-		Arrival:      s.arrival,
-		Queued:       s.queued,
-		Scheduled:    s.scheduled,
-		FirstToken:   s.firstToken,
-		LastToken:    s.lastToken,
-		Finish:       now,
-		PromptTokens: len(s.req.PromptIDs),
-		CachedTokens: s.cachedTokens,
-		OutputTokens: s.generated,
-		MaxTokens:    s.req.MaxTokens,
-		FinishReason: reason,
-		Tag:          s.req.Tag,
+		ID:             s.req.ID,
+		Arrival:        s.arrival,
+		Queued:         s.queued,
+		Scheduled:      s.scheduled,
+		FirstToken:     s.firstToken,
+		LastToken:      s.lastToken,
+		Finish:         now,
+		PromptTokens:   len(s.req.PromptIDs),
+		CachedTokens:   s.cachedTokens,
+		OutputTokens:   s.generated,
+		MaxTokens:      s.req.MaxTokens,
+		FinishReason:   reason,
+		ScheduledSteps: s.steps,
+		Tag:            s.req.Tag,
 	}
 }
 
@@ -110,6 +113,14 @@ func (s *Seq) push(t Token) {
 func (s *Seq) finish(last Token, f *Finished) {
 	s.mu.Lock()
 	s.pending = append(s.pending, last)
+	s.done = true
+	s.final = f
+	s.mu.Unlock()
+	s.signal()
+}
+
+func (s *Seq) finishEmpty(f *Finished) {
+	s.mu.Lock()
 	s.done = true
 	s.final = f
 	s.mu.Unlock()
@@ -131,6 +142,23 @@ func (s *Seq) signal() {
 	case s.notify <- struct{}{}:
 	default:
 	}
+	if s.req.Notify != nil {
+		select {
+		case s.req.Notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Take is Wait without blocking: it returns at once what Wait would, with no tokens and done
+// false when nothing happened since the previous call. Readers following several sequences
+// wait on their Request.Notify channel and then Take from each.
+func (s *Seq) Take(buf []Token) (toks []Token, fin *Finished, done bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	buf = append(buf, s.pending...)
+	s.pending = s.pending[:0]
+	return buf, s.final, s.done, s.err
 }
 
 // Wait blocks until the sequence has new tokens or has ended, or ctx ends. It returns the tokens

@@ -8,15 +8,18 @@ import (
 	"net/http"
 
 	"github.com/servescope/servescope/services/vllmsim/engine"
-	"github.com/servescope/servescope/services/vllmsim/release"
 	"github.com/servescope/servescope/services/vllmsim/simmetrics"
 	"github.com/servescope/servescope/services/vllmsim/simserver"
 	"github.com/servescope/servescope/services/vllmsim/vllmlog"
+	"github.com/servescope/servescope/services/vllmsim/vllmversion"
 )
 
 // Options configure a simulator. Zero values take vLLM's defaults (engine.DefaultConfig).
 type Options struct {
-	Model     string  // served model name; default "servescope/sim-7b"
+	Model string // served model name; default "servescope/sim-7b"
+	// Version is the vLLM release imitated (default main): API formats, /metrics and the log. It
+	// overrides Server.Version; span exporters among Observers take their own (simtrace.WithVersion).
+	Version   vllmversion.Version
 	VocabSize int     // default 152064
 	TimeScale float64 // default 1; ignored when Clock is set
 	// Clock, when set, is the simulator's clock (so observers created beforehand share it).
@@ -29,8 +32,6 @@ type Options struct {
 	APIPID int
 	// Observers get the engine's events besides the log and the metrics (e.g. span export).
 	Observers []engine.Observer
-	// Release is the vLLM release whose /metrics and log formats are emitted (default main).
-	Release release.Release
 	// LogJSON writes the log as a JSON formatter configured through VLLM_LOGGING_CONFIG_PATH does.
 	LogJSON bool
 }
@@ -66,10 +67,11 @@ func New(o Options) *Sim {
 	}
 	s := &Sim{Clock: o.Clock}
 	tok := engine.NewTokenizer(o.VocabSize)
-	s.Log = vllmlog.NewWith(o.LogWriter, s.Clock, o.APIPID, vllmlog.Options{Release: o.Release, JSON: o.LogJSON})
-	s.Metrics = simmetrics.NewRelease(o.Model, o.Engine.MaxModelLen, func() engine.Gauges { return s.Engine.Gauges() }, o.Release)
+	s.Log = vllmlog.NewWith(o.LogWriter, s.Clock, o.APIPID, vllmlog.Options{Release: o.Version, JSON: o.LogJSON})
+	s.Metrics = simmetrics.NewRelease(o.Model, o.Engine.MaxModelLen, func() engine.Gauges { return s.Engine.Gauges() }, o.Version)
 	s.Engine = engine.New(o.Engine, tok, s.Clock, append([]engine.Observer{s.Metrics, s.Log}, o.Observers...)...)
 	o.Server.Model = o.Model
+	o.Server.Version = o.Version
 	s.Handler = simserver.New(o.Server, s.Engine, s.Metrics)
 	return s
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/servescope/servescope/services/vllmsim/engine"
-	"github.com/servescope/servescope/services/vllmsim/release"
+	"github.com/servescope/servescope/services/vllmsim/vllmversion"
 )
 
 var (
@@ -61,7 +61,7 @@ const blockSize = 16
 // Metrics is an engine.Observer that records one vLLM release's metrics in its own registry.
 type Metrics struct {
 	reg    *prometheus.Registry
-	rel    release.Release
+	rel    vllmversion.Version
 	labels []string // label values of every series: model (and engine "0" on V1)
 
 	ttft, queue, prefill, decode, inference, e2e *prometheus.HistogramVec
@@ -78,19 +78,16 @@ type Metrics struct {
 
 // New registers the metrics of vLLM's main branch for model; see [NewRelease].
 func New(model string, maxModelLen int, gauges func() engine.Gauges) *Metrics {
-	return NewRelease(model, maxModelLen, gauges, release.Main)
+	return NewRelease(model, maxModelLen, gauges, vllmversion.Main)
 }
 
 // NewRelease registers every metric rel (default main) exposes for model and reads the gauges
 // from gauges at scrape time.
-func NewRelease(model string, maxModelLen int, gauges func() engine.Gauges, rel release.Release) *Metrics {
-	if rel == "" {
-		rel = release.Main
-	}
+func NewRelease(model string, maxModelLen int, gauges func() engine.Gauges, rel vllmversion.Version) *Metrics {
 	reg := prometheus.NewRegistry()
 	labelNames := []string{"model_name", "engine"}
 	m := &Metrics{reg: reg, rel: rel, labels: []string{model, "0"}}
-	if !rel.V1() {
+	if !rel.V1Engine() {
 		labelNames = []string{"model_name"}
 		m.labels = []string{model}
 	}
@@ -119,7 +116,7 @@ func NewRelease(model string, maxModelLen int, gauges func() engine.Gauges, rel 
 	tokBuckets := buckets125(maxModelLen)
 
 	switch rel {
-	case release.V08V0:
+	case vllmversion.V0_8V0:
 		gauge("vllm:num_requests_running", "Number of requests currently running on GPU.", running)
 		gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting)
 		gauge("vllm:num_requests_swapped", "Number of requests swapped to CPU. DEPRECATED: KV cache offloading is not used in V1", func() float64 { return 0 })
@@ -138,13 +135,13 @@ func NewRelease(model string, maxModelLen int, gauges func() engine.Gauges, rel 
 		m.success = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:request_success_total", Help: "Count of successfully processed requests."}, append(labelNames, "finished_reason"))
 		reg.MustRegister(m.success)
 		return m
-	case release.V08:
+	case vllmversion.V0_8:
 		gauge("vllm:num_requests_running", "Number of requests in model execution batches.", running)
 		gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting)
 		gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", kv)
 		m.prefixQueries = []*prometheus.CounterVec{counter("vllm:gpu_prefix_cache_queries_total", "GPU prefix cache queries, in terms of number of queried blocks.")}
 		m.prefixHits = []*prometheus.CounterVec{counter("vllm:gpu_prefix_cache_hits_total", "GPU prefix cache hits, in terms of number of cached blocks.")}
-	case release.V010:
+	case vllmversion.V0_10:
 		gauge("vllm:num_requests_running", "Number of requests in model execution batches.", running)
 		gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting)
 		gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc instead.", kv)
@@ -182,14 +179,14 @@ func NewRelease(model string, maxModelLen int, gauges func() engine.Gauges, rel 
 	}
 	m.promptTokensH = hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokBuckets)
 	m.genTokensH = hist("vllm:request_generation_tokens", "Number of generation tokens processed.", tokBuckets)
-	if rel == release.V08 {
+	if rel == vllmversion.V0_8 {
 		m.iterTokens = hist("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", cudagraphBuckets())
 	} else {
 		m.iterTokens = hist("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", iterationBuckets)
 	}
 	m.maxTokensH = hist("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", tokBuckets)
 	m.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets)
-	if rel == release.Main {
+	if rel == vllmversion.Main {
 		m.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itlBuckets)
 		m.tpotPerRequest = hist("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", itlBuckets)
 	} else {
@@ -279,7 +276,7 @@ func (m *Metrics) RequestFinished(f *engine.Finished) {
 	m.ttft.WithLabelValues(l...).Observe(f.TTFTS())
 	m.queue.WithLabelValues(l...).Observe(f.QueueS())
 	m.e2e.WithLabelValues(l...).Observe(f.E2ES())
-	if !m.rel.V1() {
+	if !m.rel.V1Engine() {
 		return
 	}
 	m.prefill.WithLabelValues(l...).Observe(f.PrefillS())
@@ -301,7 +298,7 @@ func (m *Metrics) PrefixCache(queries, hits int) {
 	m.prefixH += float64(hits)
 	m.mu.Unlock()
 	q, h := float64(queries), float64(hits)
-	if m.rel == release.V08 {
+	if m.rel == vllmversion.V0_8 {
 		q, h = float64(queries/blockSize), float64(hits/blockSize)
 	}
 	for _, c := range m.prefixQueries {

@@ -8,14 +8,14 @@ import (
 	"testing"
 
 	"github.com/servescope/servescope/services/vllmsim/engine"
-	"github.com/servescope/servescope/services/vllmsim/release"
+	"github.com/servescope/servescope/services/vllmsim/vllmversion"
 )
 
 // TestHandlerNegotiatesLikePrometheusClient: OpenMetrics (with _created lines and # EOF) as soon
 // as the Accept header names it, whatever its q-value, as vLLM's prometheus_client answers; the
 // Prometheus text format otherwise.
 func TestHandlerNegotiatesLikePrometheusClient(t *testing.T) {
-	m := NewRelease("m", 4096, func() engine.Gauges { return engine.Gauges{Running: 1} }, release.Main)
+	m := NewRelease("m", 4096, func() engine.Gauges { return engine.Gauges{Running: 1} }, vllmversion.Main)
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 	for _, tc := range []struct {

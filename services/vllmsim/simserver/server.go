@@ -1,40 +1,56 @@
 // Package simserver is vllmsim's HTTP front end: vLLM's OpenAI-compatible API server on the
-// wire (routes, JSON shapes, SSE framing, error envelope, status codes) in front of the
-// simulated engine.
+// wire, in the shape of one vLLM version (Config.Version), in front of the simulated engine.
 //
-// Routes: POST /v1/chat/completions, POST /v1/completions (streaming and not), GET /v1/models,
-// GET /health (503 once the engine is dead), GET /version, POST /tokenize, POST /detokenize,
-// GET /metrics. A request's id is "chatcmpl-<X-Request-Id>" ("cmpl-" for completions) when the
-// header is sent, else a random hex id; the header is echoed back.
+// Routes: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses (not at
+// 0.8), GET /v1/models, GET /health (503 once the engine is dead), GET /version, POST /tokenize,
+// POST /detokenize, GET /metrics. Unknown paths answer FastAPI's 404 {"detail":"Not Found"}.
+//
+// A request's id is "chatcmpl-", "cmpl-" or "embd-" and its base: the X-Request-Id header, else
+// the body's request_id, else 32 random hex digits (vLLM's _base_request_id). Like vLLM, the
+// completion and embedding endpoints run one engine request per prompt, "<id>-<i>", and chat one
+// engine request; an n > 1 request becomes n engine requests "<j>_<prompt request id>"
+// (vllm/v1/engine/parallel_sampling.py). The X-Request-Id response header is set only with
+// EnableRequestIDHeaders, to the request's header or a fresh uuid hex, as vLLM's middleware does.
 package simserver
 
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/servescope/servescope/services/internal/openaiwire"
 	"github.com/servescope/servescope/services/vllmsim/engine"
 	"github.com/servescope/servescope/services/vllmsim/simmetrics"
-	"github.com/servescope/servescope/services/vllmsim/simtrace"
-	"github.com/servescope/servescope/services/vllmsim/vllmlog"
+	"github.com/servescope/servescope/services/vllmsim/vllmversion"
 )
 
-// Config holds the API server's settings and fault modes.
+// Config holds the API server's settings and fault modes. Zero values are vLLM's defaults.
 type Config struct {
 	Model string // served model name
-	// PerRequestMetrics adds the "metrics" object (queue_time_ms, time_to_first_token_ms, ...)
-	// to responses.
+	// Version is the vLLM version whose wire formats are served (default main).
+	Version vllmversion.Version
+	// PerRequestMetrics is vLLM main's --enable-per-request-metrics: a "metrics" timing object on
+	// non-streaming responses and on the final usage chunk of streams, for requests with one
+	// prompt and n = 1. Other versions have no such object; the setting is ignored there.
 	PerRequestMetrics bool
+	// EnablePromptTokensDetails is --enable-prompt-tokens-details: usage.prompt_tokens_details
+	// {"cached_tokens": N} when N > 0 prompt tokens came from the prefix cache (null otherwise).
+	EnablePromptTokensDetails bool
+	// EnableForceIncludeUsage is --enable-force-include-usage (0.10 and later): every stream ends
+	// with a usage chunk, as if stream_options.include_usage were true.
+	EnableForceIncludeUsage bool
+	// EnableRequestIDHeaders is --enable-request-id-headers: every response carries X-Request-Id.
+	EnableRequestIDHeaders bool
+	// EmbeddingDim is the length of /v1/embeddings vectors (default 384).
+	EmbeddingDim int
 	// SlowShare is the share of requests (0..1) delayed by SlowDelayS simulated seconds in the
 	// API server before they reach the engine (a slow upstream).
 	SlowShare  float64
@@ -53,6 +69,7 @@ type Server struct {
 	mux     *http.ServeMux
 	created int64
 	prop    propagation.TextMapPropagator
+	groups  atomic.Uint64 // sequence-group keys for span tags
 }
 
 // New wires the routes over eng, serving metrics from m.
@@ -60,63 +77,176 @@ func New(cfg Config, eng *engine.Engine, m *simmetrics.Metrics) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, eng: eng, tok: eng.Tokenizer(), mux: http.NewServeMux(), created: time.Now().Unix(), prop: propagation.TraceContext{}}
-	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
-	s.mux.HandleFunc("POST /v1/completions", s.handleCompletion)
-	s.mux.HandleFunc("GET /v1/models", s.handleModels)
-	s.mux.HandleFunc("GET /health", s.handleHealth)
-	s.mux.HandleFunc("GET /version", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"version": vllmlog.Version})
+	if cfg.EmbeddingDim <= 0 {
+		cfg.EmbeddingDim = 384
+	}
+	if !cfg.Version.PerRequestMetrics() {
+		cfg.PerRequestMetrics = false
+	}
+	if !cfg.Version.ForceIncludeUsage() {
+		cfg.EnableForceIncludeUsage = false
+	}
+	s := &Server{cfg: cfg, eng: eng, tok: eng.Tokenizer(), mux: http.NewServeMux(), created: time.Now().Unix(),
+		prop: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{})}
+	s.route("POST", "/v1/chat/completions", s.handleChat)
+	s.route("POST", "/v1/completions", s.handleCompletion)
+	s.route("POST", "/v1/embeddings", s.handleEmbeddings)
+	if cfg.Version.ResponsesAPI() {
+		s.route("POST", "/v1/responses", s.handleResponses)
+	}
+	s.route("GET", "/v1/models", s.handleModels)
+	s.route("GET", "/health", s.handleHealth)
+	s.route("GET", "/version", func(w http.ResponseWriter, _ *http.Request) {
+		e := &enc{}
+		e.open()
+		e.str("version", cfg.Version.Release())
+		e.close()
+		writeBody(w, http.StatusOK, e.b)
 	})
-	s.mux.HandleFunc("POST /tokenize", s.handleTokenize)
-	s.mux.HandleFunc("POST /detokenize", s.handleDetokenize)
-	s.mux.Handle("GET /metrics", m.Handler())
+	s.route("POST", "/tokenize", s.handleTokenize)
+	s.route("POST", "/detokenize", s.handleDetokenize)
+	s.route("GET", "/metrics", m.Handler().ServeHTTP)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
+		writeBody(w, http.StatusNotFound, []byte(`{"detail":"Not Found"}`))
 	})
 	return s
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// route registers a path for one method; other methods get FastAPI's 405.
+func (s *Server) route(method, path string, h http.HandlerFunc) {
+	s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method && !(method == "GET" && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", method)
+			writeBody(w, http.StatusMethodNotAllowed, []byte(`{"detail":"Method Not Allowed"}`))
+			return
+		}
+		h(w, r)
+	})
+}
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Server", "uvicorn")
+	if s.cfg.EnableRequestIDHeaders {
+		// vllm/entrypoints/openai/api_server.py XRequestIdMiddleware: the request's header, or a
+		// fresh uuid4 hex unrelated to the response body's id.
+		rid := r.Header.Get("X-Request-Id")
+		if rid == "" {
+			rid = randomHex()
+		}
+		w.Header().Set("X-Request-Id", rid)
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func writeBody(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(body)
 }
 
-func errorBody(status int, typ, msg string, param string) openaiwire.ErrorResponse {
-	var p *string
-	if param != "" {
-		p = &param
+// apiError is an error answered before any response byte: status, vLLM's error type, message and
+// the offending parameter (main names it; 0.8 and 0.10 send null).
+type apiError struct {
+	status int
+	typ    string
+	msg    string
+	param  string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(msg, param string) *apiError {
+	return &apiError{status: http.StatusBadRequest, typ: "BadRequestError", msg: msg, param: param}
+}
+
+// errorBody is vLLM's error body at the configured version: {"object":"error","message",...} up
+// to 0.10.0, {"error":{"message",...}} since (ErrorResponse in protocol.py). code is the status.
+func (s *Server) errorBody(e *apiError) []byte {
+	b := &enc{}
+	b.open()
+	if s.cfg.Version.NestedErrors() {
+		b.openKey("error")
+	} else {
+		b.str("object", "error")
 	}
-	return openaiwire.ErrorResponse{Error: openaiwire.ErrorBody{Message: msg, Type: typ, Param: p, Code: status}}
+	b.str("message", e.msg)
+	b.str("type", e.typ)
+	if e.param != "" && s.cfg.Version == vllmversion.Main {
+		b.str("param", e.param)
+	} else {
+		b.null("param")
+	}
+	b.int("code", e.status)
+	if s.cfg.Version.NestedErrors() {
+		b.close()
+	}
+	b.close()
+	return b.b
 }
 
-func writeError(w http.ResponseWriter, status int, typ, msg, param string) {
-	writeJSON(w, status, errorBody(status, typ, msg, param))
+func (s *Server) writeError(w http.ResponseWriter, e *apiError) {
+	writeBody(w, e.status, s.errorBody(e))
 }
 
-// writeDecodeError answers a body that failed to decode: 400 for client errors, 500 otherwise.
-func writeDecodeError(w http.ResponseWriter, err error) {
+// writeEngineDead answers a request the dead engine cannot serve as vLLM's server does while it
+// shuts down: the EngineDeadError handler returns a bare 500 (vllm/entrypoints/launcher.py).
+func writeEngineDead(w http.ResponseWriter) {
+	w.WriteHeader(http.StatusInternalServerError)
+}
+
+// writeDecodeError answers a body that failed to decode: 400 for client errors (413 for an
+// oversized body), 500 otherwise.
+func (s *Server) writeDecodeError(w http.ResponseWriter, err error) {
 	var re *openaiwire.RequestError
 	if errors.As(err, &re) {
 		if re.TooLarge {
-			writeError(w, http.StatusRequestEntityTooLarge, "RequestEntityTooLarge", re.Message, "")
+			s.writeError(w, &apiError{status: http.StatusRequestEntityTooLarge, typ: "RequestEntityTooLarge", msg: re.Message})
 			return
 		}
-		writeError(w, http.StatusBadRequest, "BadRequestError", re.Message, re.Param)
+		s.writeError(w, badRequest(re.Message, re.Param))
 		return
 	}
-	writeError(w, http.StatusInternalServerError, "InternalServerError", err.Error(), "")
+	s.writeError(w, &apiError{status: http.StatusInternalServerError, typ: "InternalServerError", msg: err.Error()})
+}
+
+func (s *Server) modelNotFound(model string) *apiError {
+	return &apiError{status: http.StatusNotFound, typ: "NotFoundError", msg: fmt.Sprintf("The model `%s` does not exist.", model)}
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, openaiwire.ModelList{Object: "list", Data: []openaiwire.Model{{
-		ID: s.cfg.Model, Object: "model", Created: s.created, OwnedBy: "vllm", Root: s.cfg.Model,
-		MaxModelLen: s.eng.Config().MaxModelLen,
-	}}})
+	e := &enc{}
+	e.open()
+	e.str("object", "list")
+	e.arr("data")
+	e.open()
+	e.str("id", s.cfg.Model)
+	e.str("object", "model")
+	e.int64("created", s.created)
+	e.str("owned_by", "vllm")
+	e.str("root", s.cfg.Model)
+	e.null("parent")
+	e.int("max_model_len", s.eng.Config().MaxModelLen)
+	e.arr("permission")
+	e.open()
+	e.str("id", "modelperm-"+randomHex())
+	e.str("object", "model_permission")
+	e.int64("created", s.created)
+	e.bool("allow_create_engine", false)
+	e.bool("allow_sampling", true)
+	e.bool("allow_logprobs", true)
+	e.bool("allow_search_indices", false)
+	e.bool("allow_view", true)
+	e.bool("allow_fine_tuning", false)
+	e.str("organization", "*")
+	e.null("group")
+	e.bool("is_blocking", false)
+	e.close()
+	e.endArr()
+	e.close()
+	e.endArr()
+	e.close()
+	writeBody(w, http.StatusOK, e.b)
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
@@ -131,11 +261,11 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	req, err := openaiwire.DecodeTokenizeRequest(r.Body)
 	if err != nil {
-		writeDecodeError(w, err)
+		s.writeDecodeError(w, err)
 		return
 	}
 	if req.Model != "" && req.Model != s.cfg.Model {
-		s.writeModelNotFound(w, req.Model)
+		s.writeError(w, s.modelNotFound(req.Model))
 		return
 	}
 	var ids []int
@@ -145,26 +275,53 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		gen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
 		ids = s.tok.Encode(engine.ApplyChatTemplate(chatMessages(req.Messages), gen), true)
 	}
-	writeJSON(w, http.StatusOK, openaiwire.TokenizeResponse{Count: len(ids), MaxModelLen: s.eng.Config().MaxModelLen, Tokens: ids})
+	e := &enc{}
+	e.open()
+	e.int("count", len(ids))
+	e.int("max_model_len", s.eng.Config().MaxModelLen)
+	e.key("tokens")
+	e.b = appendIntList(e.b, ids)
+	e.more = true
+	e.null("token_strs")
+	e.close()
+	writeBody(w, http.StatusOK, e.b)
 }
 
 func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 	req, err := openaiwire.DecodeDetokenizeRequest(r.Body)
 	if err != nil {
-		writeDecodeError(w, err)
+		s.writeDecodeError(w, err)
 		return
 	}
-	for _, id := range req.Tokens {
-		if id < 0 || id >= s.tok.VocabSize() {
-			writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf("token id %d is out of vocabulary", id), "tokens")
-			return
-		}
+	if err := s.checkVocab(req.Tokens); err != nil {
+		s.writeError(w, err)
+		return
 	}
-	writeJSON(w, http.StatusOK, openaiwire.DetokenizeResponse{Prompt: s.tok.Decode(req.Tokens, true)})
+	e := &enc{}
+	e.open()
+	e.str("prompt", s.tok.Decode(req.Tokens, true))
+	e.close()
+	writeBody(w, http.StatusOK, e.b)
 }
 
-func (s *Server) writeModelNotFound(w http.ResponseWriter, model string) {
-	writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", model), "")
+func (s *Server) checkVocab(ids []int) *apiError {
+	for _, id := range ids {
+		if id < 0 || id >= s.tok.VocabSize() {
+			return badRequest(fmt.Sprintf("Token id %d is out of vocabulary", id), "prompt")
+		}
+	}
+	return nil
+}
+
+func appendIntList(b []byte, ids []int) []byte {
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, "%d", id)
+	}
+	return append(b, ']')
 }
 
 func chatMessages(msgs []openaiwire.ChatMessage) []engine.ChatMessage {
@@ -175,184 +332,20 @@ func chatMessages(msgs []openaiwire.ChatMessage) []engine.ChatMessage {
 	return out
 }
 
-// job is a decoded completion request of either endpoint.
-type job struct {
-	chat         bool
-	id           string
-	model        string
-	stream       bool
-	includeUsage bool
-	promptIDs    []int
-	maxTokens    int
-	tag          *simtrace.Tag
-	chunkPrefix  []byte
-}
-
-func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	req, err := openaiwire.DecodeChatCompletionRequest(r.Body)
-	if err != nil {
-		writeDecodeError(w, err)
-		return
-	}
-	ids := s.tok.Encode(engine.ApplyChatTemplate(chatMessages(req.Messages), true), true)
-	j := &job{chat: true, model: req.Model, stream: req.Stream, includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage, promptIDs: ids}
-	j.tag = &simtrace.Tag{MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP, N: req.N}
-	seed := uint64(0)
-	if req.Seed != nil {
-		seed = uint64(*req.Seed)
-	}
-	s.serve(w, r, j, req.MaxTokens, req.MinTokens, req.IgnoreEOS, seed)
-}
-
-func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
-	req, err := openaiwire.DecodeCompletionRequest(r.Body)
-	if err != nil {
-		writeDecodeError(w, err)
-		return
-	}
-	ids := s.tok.Encode(string(req.Prompt), true)
-	j := &job{model: req.Model, stream: req.Stream, includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage, promptIDs: ids}
-	j.tag = &simtrace.Tag{MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP, N: req.N}
-	seed := uint64(0)
-	if req.Seed != nil {
-		seed = uint64(*req.Seed)
-	}
-	s.serve(w, r, j, req.MaxTokens, req.MinTokens, req.IgnoreEOS, seed)
-}
-
 func randomHex() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
 
-// serve validates limits, submits to the engine and writes the response.
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, j *job, maxTokens *int, minTokens int, ignoreEOS bool, seed uint64) {
-	if j.model == "" {
-		j.model = s.cfg.Model
-	}
-	if j.model != s.cfg.Model {
-		s.writeModelNotFound(w, j.model)
-		return
-	}
-	prefix := "cmpl-"
-	if j.chat {
-		prefix = "chatcmpl-"
-	}
+// baseRequestID is vLLM's _base_request_id: the X-Request-Id header, else the body's request_id,
+// else a random uuid hex.
+func baseRequestID(r *http.Request, bodyID string) string {
 	if rid := r.Header.Get("X-Request-Id"); rid != "" {
-		w.Header().Set("X-Request-Id", rid)
-		j.id = prefix + rid
-	} else {
-		j.id = prefix + randomHex()
+		return rid
 	}
-	maxLen := s.eng.Config().MaxModelLen
-	n := len(j.promptIDs)
-	what := "prompt"
-	if j.chat {
-		what = "messages"
+	if strings.TrimSpace(bodyID) != "" {
+		return bodyID
 	}
-	if n >= maxLen {
-		writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf(
-			"This model's maximum context length is %d tokens. However, you requested %d tokens in the %s. Please reduce the length of the %s.", maxLen, n, what, what), "")
-		return
-	}
-	if maxTokens == nil {
-		j.maxTokens = maxLen - n
-	} else {
-		j.maxTokens = *maxTokens
-	}
-	if n+j.maxTokens > maxLen {
-		writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf(
-			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the %s, %d in the completion). Please reduce the length of the %s or completion.",
-			maxLen, n+j.maxTokens, n, what, j.maxTokens, what), "")
-		return
-	}
-	j.tag.Parent = trace.SpanContextFromContext(s.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
-	j.tag.Model = s.cfg.Model
-	if s.cfg.SlowShare > 0 && s.cfg.SlowDelayS > 0 && mrand.Float64() < s.cfg.SlowShare {
-		select {
-		case <-time.After(s.eng.Clock().WallDuration(s.cfg.SlowDelayS)):
-		case <-r.Context().Done():
-			return
-		}
-	}
-	seq, err := s.eng.Submit(engine.Request{
-		ID: j.id, PromptIDs: j.promptIDs, MaxTokens: j.maxTokens, MinTokens: minTokens,
-		IgnoreEOS: ignoreEOS, Seed: seed, Tag: j.tag,
-	})
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "InternalServerError", err.Error(), "")
-		return
-	}
-	if j.stream {
-		s.stream(w, r, j, seq)
-		return
-	}
-	s.whole(w, r, j, seq)
-}
-
-func (s *Server) requestMetrics(f *engine.Finished) *openaiwire.RequestMetrics {
-	if !s.cfg.PerRequestMetrics || f == nil {
-		return nil
-	}
-	m := &openaiwire.RequestMetrics{
-		QueueTimeMs:        1000 * f.QueueS(),
-		TimeToFirstTokenMs: 1000 * f.TTFTS(),
-		GenerationTimeMs:   1000 * f.DecodeS(),
-	}
-	if f.OutputTokens > 1 {
-		m.MeanITLMs = 1000 * f.DecodeS() / float64(f.OutputTokens-1)
-	}
-	if inf := f.InferenceS(); inf > 0 {
-		m.TokensPerSecond = float64(f.OutputTokens) / inf
-	}
-	return m
-}
-
-func usageOf(f *engine.Finished) openaiwire.Usage {
-	u := openaiwire.Usage{PromptTokens: f.PromptTokens, CompletionTokens: f.OutputTokens, TotalTokens: f.PromptTokens + f.OutputTokens}
-	if f.CachedTokens > 0 {
-		u.PromptTokensDetails = &openaiwire.PromptTokensDetails{CachedTokens: f.CachedTokens}
-	}
-	return u
-}
-
-// whole answers a non-streaming request once the sequence finished.
-func (s *Server) whole(w http.ResponseWriter, r *http.Request, j *job, seq *engine.Seq) {
-	var text []byte
-	buf := make([]engine.Token, 0, 64)
-	for {
-		toks, fin, done, err := seq.Wait(r.Context(), buf[:0])
-		for _, t := range toks {
-			text = append(text, t.Text...)
-		}
-		if err != nil {
-			if r.Context().Err() != nil {
-				s.eng.Abort(seq)
-				return
-			}
-			writeError(w, http.StatusInternalServerError, "InternalServerError", err.Error(), "")
-			return
-		}
-		if !done {
-			continue
-		}
-		created := time.Now().Unix()
-		if j.chat {
-			writeJSON(w, http.StatusOK, openaiwire.ChatCompletion{
-				ID: j.id, Object: "chat.completion", Created: created, Model: j.model,
-				Choices: []openaiwire.ChatChoice{{Message: openaiwire.ResponseMessage{Role: "assistant", Content: string(text), ToolCalls: []any{}}, FinishReason: fin.FinishReason}},
-				Usage:   usageOf(fin), Metrics: s.requestMetrics(fin),
-			})
-			return
-		}
-		reason := fin.FinishReason
-		u := usageOf(fin)
-		writeJSON(w, http.StatusOK, openaiwire.Completion{
-			ID: j.id, Object: "text_completion", Created: created, Model: j.model,
-			Choices: []openaiwire.CompletionChoice{{Text: string(text), FinishReason: &reason}},
-			Usage:   &u, Metrics: s.requestMetrics(fin),
-		})
-		return
-	}
+	return randomHex()
 }

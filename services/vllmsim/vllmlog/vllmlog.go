@@ -31,11 +31,11 @@ import (
 	"time"
 
 	"github.com/servescope/servescope/services/vllmsim/engine"
-	"github.com/servescope/servescope/services/vllmsim/release"
+	"github.com/servescope/servescope/services/vllmsim/vllmversion"
 )
 
 // Version is the vLLM version the simulator reports on /version (vLLM's main branch).
-var Version = release.Main.Version()
+var Version = vllmversion.Main.Release()
 
 // GPU describes the simulated device in the out-of-memory message (an RTX 3060 12 GB by
 // default, as in the reference's crash).
@@ -50,7 +50,7 @@ func DefaultGPU() GPU { return GPU{TotalGiB: 11.63, FreeMiB: 84.88} }
 // Options choose the log's format.
 type Options struct {
 	// Release is the vLLM release whose lines are written (default main).
-	Release release.Release
+	Release vllmversion.Version
 	// JSON writes each record as one JSON object (python-json-logger through
 	// VLLM_LOGGING_CONFIG_PATH); uvicorn's own lines stay plain text, as uvicorn logs them itself.
 	JSON bool
@@ -81,9 +81,6 @@ func New(w io.Writer, clock *engine.Clock, apiPID int, gpu GPU) *Logger {
 
 // NewWith makes a Logger writing the format opts choose.
 func NewWith(w io.Writer, clock *engine.Clock, apiPID int, opts Options) *Logger {
-	if opts.Release == "" {
-		opts.Release = release.Main
-	}
 	if opts.GPU == (GPU{}) {
 		opts.GPU = DefaultGPU()
 	}
@@ -104,7 +101,7 @@ func (l *Logger) engine() proc { return proc{"EngineCore_DP0", l.enginePID} }
 // prefixed is whether the release prefixes every line with "(process pid=N) " (vllm/utils
 // decorate_logs, 0.10 on).
 func (l *Logger) prefixed() bool {
-	return l.opts.Release == release.V010 || l.opts.Release == release.Main
+	return l.opts.Release == vllmversion.V0_10 || l.opts.Release == vllmversion.Main
 }
 
 // record writes one log record of logger name (file:line in src); msg's lines after the first
@@ -143,11 +140,11 @@ func (l *Logger) Startup(model string, maxModelLen int, listen string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Time(l.clock.Now())
-	v := l.opts.Release.Version()
+	v := l.opts.Release.Release()
 	l.record(l.api(), "INFO", now, "api_server.py:1896", "vllm.entrypoints.openai.api_server", "vLLM API server version "+v, nil)
 	l.record(l.api(), "INFO", now, "utils.py:328", "vllm.entrypoints.utils", fmt.Sprintf("non-default args: {'model': '%s', 'max_model_len': %d}", model, maxModelLen), nil)
 	config := fmt.Sprintf("model='%s', speculative_config=None, tokenizer='%s', dtype=torch.float16, max_seq_len=%d, served_model_name=%s, enable_prefix_caching=True", model, model, maxModelLen, model)
-	if l.opts.Release.V1() {
+	if l.opts.Release.V1Engine() {
 		l.record(l.engine(), "INFO", now, "core.py:76", "vllm.v1.engine.core", fmt.Sprintf("Initializing a V1 LLM engine (v%s) with config: %s", v, config), nil)
 	} else {
 		l.record(l.api(), "INFO", now, "llm_engine.py:243", "vllm.engine.llm_engine", fmt.Sprintf("Initializing an LLM engine (v%s) with config: %s", v, config), nil)
@@ -176,7 +173,7 @@ func (l *Logger) Stats(s engine.IntervalStats) {
 	at := l.clock.Time(s.At)
 	prompt, gen := float64(s.PromptTokens)/s.IntervalS, float64(s.GenerationTokens)/s.IntervalS
 	switch l.opts.Release {
-	case release.V08V0:
+	case vllmversion.V0_8V0:
 		// vllm/engine/metrics.py LoggingStatLogger.
 		l.record(l.api(), "INFO", at, "metrics.py:486", "vllm.engine.metrics", fmt.Sprintf(
 			"Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, Running: %d reqs, Swapped: %d reqs, Pending: %d reqs, GPU KV cache usage: %.1f%%, CPU KV cache usage: %.1f%%.",
@@ -184,9 +181,9 @@ func (l *Logger) Stats(s engine.IntervalStats) {
 		l.record(l.api(), "INFO", at, "metrics.py:502", "vllm.engine.metrics", fmt.Sprintf("Prefix cache hit rate: GPU: %.2f%%, CPU: %.2f%%", hitRate, 0.0), nil)
 		return
 	}
-	src := map[release.Release]string{release.V08: "loggers.py:111", release.V010: "loggers.py:123", release.Main: "loggers.py:236"}[l.opts.Release]
+	src := map[vllmversion.Version]string{vllmversion.V0_8: "loggers.py:111", vllmversion.V0_10: "loggers.py:123", vllmversion.Main: "loggers.py:236"}[l.opts.Release]
 	parts := fmt.Sprintf("Engine 000: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, Running: %d reqs, Waiting: %d reqs, ", prompt, gen, s.Running, s.Waiting)
-	if l.opts.Release == release.Main && preempted > 0 {
+	if l.opts.Release == vllmversion.Main && preempted > 0 {
 		// vllm/v1/metrics/loggers.py on main prints the interval's preemptions when there were any.
 		parts += fmt.Sprintf("Preemptions: %d, ", preempted)
 	}
@@ -197,15 +194,15 @@ func (l *Logger) Stats(s engine.IntervalStats) {
 // ElementBytes is the size of one element of the tensor the simulated crash allocates, the
 // product frequency_penalties × output_bin_counts: float32 in V1 (the sampler casts the logits
 // to float32 before the penalties), the model's float16 in V0 (penalties run before the cast).
-func ElementBytes(r release.Release) int64 {
-	if r.V1() {
+func ElementBytes(r vllmversion.Version) int64 {
+	if r.V1Engine() {
 		return 4
 	}
 	return 2
 }
 
 // RequestedBytes is the size of that tensor for running sequences over a vocabulary.
-func RequestedBytes(r release.Release, running, vocab int) int64 {
+func RequestedBytes(r vllmversion.Version, running, vocab int) int64 {
 	return int64(running) * int64(vocab) * ElementBytes(r)
 }
 
@@ -217,18 +214,18 @@ func (l *Logger) Crashed(c engine.CrashInfo) {
 	oom := OOMMessage(RequestedBytes(l.opts.Release, c.Running, c.VocabSize), l.opts.GPU)
 	ec := l.engine()
 	switch l.opts.Release {
-	case release.V08V0:
+	case vllmversion.V0_8V0:
 		// vllm/engine/multiprocessing/engine.py: logger.exception(repr(e)) in the engine process.
 		tb := append([]string{"Traceback (most recent call last):"}, v0Frames()...)
 		l.record(l.api(), "ERROR", at, "engine.py:160", "vllm.engine.multiprocessing.engine", "OutOfMemoryError('"+strings.TrimPrefix(oom, "torch.OutOfMemoryError: ")+"')", append(tb, oom))
-	case release.V08:
+	case vllmversion.V0_8:
 		// vllm/v1/engine/core.py 0.8.0–0.8.4: the traceback inside one record, then the client.
 		tb := append(v1Frames(l.opts.Release), oom, "")
 		l.record(ec, "ERROR", at, "core.py:387", "vllm.v1.engine.core", "EngineCore hit an exception: Traceback (most recent call last):", tb)
 		l.record(l.api(), "CRITICAL", at, "core_client.py:359", "vllm.v1.engine.core_client", "Got fatal signal from worker processes, shutting down. See stack trace above for root cause issue.", nil)
 	default:
 		// vllm/logging_utils/dump_input.py, then vllm/v1/engine/core.py run_engine_core.
-		v := l.opts.Release.Version()
+		v := l.opts.Release.Release()
 		l.record(ec, "ERROR", at, "dump_input.py:69", "vllm.logging_utils.dump_input", fmt.Sprintf("Dumping input data for V1 LLM engine (v%s) with config: dtype=torch.float16, enable_prefix_caching=True, ", v), nil)
 		l.record(ec, "ERROR", at, "dump_input.py:76", "vllm.logging_utils.dump_input", fmt.Sprintf("Dumping scheduler output for model execution: SchedulerOutput(scheduled_new_reqs=[],num_scheduled_tokens={},total_num_scheduled_tokens=%d,finished_req_ids=[])", c.Running), nil)
 		l.record(ec, "ERROR", at, "dump_input.py:79", "vllm.logging_utils.dump_input", fmt.Sprintf("Dumping scheduler stats: SchedulerStats(num_running_reqs=%d, num_waiting_reqs=%d, step_counter=0, current_wave=0, kv_cache_usage=%v, prefix_cache_stats=PrefixCacheStats(reset=False, requests=0, queries=0, hits=0), spec_decoding_stats=None, num_corrupted_reqs=0)", c.Running, c.Waiting, c.KVCacheUsage), nil)
@@ -304,7 +301,7 @@ func render(fs []frame) []string {
 // v1Frames is the V1 engine core's call chain from its busy loop to the penalty product
 // (vllm/v1/engine/core.py → executor → gpu_worker → gpu_model_runner → vllm/v1/sample/sampler.py →
 // vllm/v1/sample/ops/penalties.py → vllm/model_executor/layers/utils.py).
-func v1Frames(r release.Release) []string {
+func v1Frames(r vllmversion.Version) []string {
 	fs := []frame{
 		{"vllm/v1/engine/core.py", 701, "run_engine_core", "engine_core.run_busy_loop()", ""},
 		{"vllm/v1/engine/core.py", 728, "run_busy_loop", "self._process_engine_step()", ""},
@@ -322,14 +319,14 @@ func v1Frames(r release.Release) []string {
 		{"torch/nn/modules/module.py", 1773, "_wrapped_call_impl", "return self._call_impl(*args, **kwargs)", "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^"},
 		{"torch/nn/modules/module.py", 1784, "_call_impl", "return forward_call(*args, **kwargs)", "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^"},
 	}
-	if r == release.V08 {
+	if r == vllmversion.V0_8 {
 		// 0.8's busy loop ran step_fn() directly, without the error-logging wrapper.
 		fs = append([]frame{fs[0],
 			{"vllm/v1/engine/core.py", 327, "run_busy_loop", "outputs = step_fn()", ""},
 			{"vllm/v1/engine/core.py", 198, "step", "output = self.model_executor.execute_model(scheduler_output)", ""},
 		}, fs[6:]...)
 	}
-	if r == release.Main {
+	if r == vllmversion.Main {
 		fs = append(fs,
 			frame{"vllm/v1/sample/sampler.py", 121, "forward", "logits = self.apply_logits_processors(", "             ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^"},
 			frame{"vllm/v1/sample/sampler.py", 309, "apply_logits_processors", "logits = self.apply_penalties(logits, sampling_metadata, output_token_ids)", "             ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^"},

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/servescope/servescope/services/vllmsim/engine"
-	"github.com/servescope/servescope/services/vllmsim/release"
+	"github.com/servescope/servescope/services/vllmsim/vllmversion"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -40,10 +40,10 @@ func TestAllocationSizeAndFormat(t *testing.T) {
 // in text and JSON, which log parsers (servescope's collector) read.
 func TestGoldenLog(t *testing.T) {
 	for _, tc := range []struct {
-		rel  release.Release
+		rel  vllmversion.Version
 		json bool
-	}{{release.V08V0, false}, {release.V08, false}, {release.V010, false}, {release.Main, false}, {release.Main, true}} {
-		name := "log_" + strings.ReplaceAll(string(tc.rel), ".", "_")
+	}{{vllmversion.V0_8V0, false}, {vllmversion.V0_8, false}, {vllmversion.V0_10, false}, {vllmversion.Main, false}, {vllmversion.Main, true}} {
+		name := "log_" + strings.ReplaceAll(tc.rel.String(), ".", "_")
 		if tc.json {
 			name += "_json"
 		}
@@ -75,13 +75,13 @@ func TestGoldenLog(t *testing.T) {
 				t.Errorf("log differs from %s:\n%s", path, got)
 			}
 			wantMiB := "112.00 MiB"
-			if !tc.rel.V1() {
+			if !tc.rel.V1Engine() {
 				wantMiB = "56.00 MiB" // float16 logits in V0's penalty step
 			}
 			if !strings.Contains(got, "Tried to allocate "+wantMiB) {
 				t.Errorf("OOM line does not request %s", wantMiB)
 			}
-			if tc.rel == release.Main && !tc.json && !strings.Contains(got, "Running: 3 reqs, Waiting: 0 reqs, Preemptions: 2, GPU KV cache usage: 0.5%") {
+			if tc.rel == vllmversion.Main && !tc.json && !strings.Contains(got, "Running: 3 reqs, Waiting: 0 reqs, Preemptions: 2, GPU KV cache usage: 0.5%") {
 				t.Errorf("main's stats line lacks the preemptions field")
 			}
 		})
