@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/servescope/servescope/services/vllmsim/engine"
-	"github.com/servescope/servescope/services/vllmsim/vllmversion"
 	"github.com/servescope/servescope/services/vllmsim/simmetrics"
+	"github.com/servescope/servescope/services/vllmsim/vllmversion"
 )
 
 // TestScrapeVLLMSimEveryRelease scrapes vllmsim's /metrics in each vLLM release's format, the way

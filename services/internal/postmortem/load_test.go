@@ -15,8 +15,8 @@ import (
 	"github.com/servescope/servescope/services/internal/postmortem"
 	"github.com/servescope/servescope/services/internal/testenv"
 	"github.com/servescope/servescope/services/vllmsim/engine"
-	"github.com/servescope/servescope/services/vllmsim/vllmversion"
 	simlog "github.com/servescope/servescope/services/vllmsim/vllmlog"
+	"github.com/servescope/servescope/services/vllmsim/vllmversion"
 )
 
 // insertLogs writes lines into engine_logs the way the consumer stores engine.log events.
