@@ -32,11 +32,10 @@ const (
 // All lists the versions, oldest first.
 var All = []Version{V0_8V0, V0_8, V0_10, Main}
 
-// Parse reads "0.8-v0", "0.8", "0.8.5", "v0.8", "0.10", "0.10.2", "v0.10" or "main"; the empty
-// string is Main.
+// Parse reads "0.8-v0", "0.8", "0.8.5", "v0.8", "0.10", "0.10.2", "v0.10" or "main".
 func Parse(s string) (Version, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
-	if t == "main" || t == "" {
+	if t == "main" {
 		return Main, nil
 	}
 	t = strings.TrimPrefix(t, "v")

@@ -3,7 +3,7 @@ package vllmversion
 import "testing"
 
 func TestParse(t *testing.T) {
-	for in, want := range map[string]Version{"0.8": V0_8, "v0.8.5": V0_8, "0.10": V0_10, "0.10.2": V0_10, "main": Main, " MAIN ": Main} {
+	for in, want := range map[string]Version{"0.8-v0": V0_8V0, "0.8": V0_8, "v0.8.5": V0_8, "0.10": V0_10, "0.10.2": V0_10, "main": Main, " MAIN ": Main} {
 		got, err := Parse(in)
 		if err != nil || got != want {
 			t.Errorf("Parse(%q) = %v, %v; want %v", in, got, err, want)
