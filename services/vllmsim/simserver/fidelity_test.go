@@ -135,7 +135,7 @@ func fold(cs []chunk) streamedChoices {
 // and a final usage that counts each prompt once and every choice's tokens. The same request
 // without streaming answers the same choices.
 func TestSeveralPromptsAndN(t *testing.T) {
-	for _, v := range vllmversion.All {
+	for _, v := range vllmversion.APIs {
 		t.Run(v.String(), func(t *testing.T) {
 			ts := startSim(t, sim.Options{Version: v})
 			prompts := []string{"a", "b", "c"}
@@ -424,7 +424,7 @@ func TestPerRequestTimingObject(t *testing.T) {
 // TestErrorShapes checks errors before a stream at each version: flat {"object":"error",...} at
 // 0.8, {"error":{...}} since 0.10.1, and vLLM's status codes.
 func TestErrorShapes(t *testing.T) {
-	for _, v := range vllmversion.All {
+	for _, v := range vllmversion.APIs {
 		ts := startSim(t, sim.Options{Version: v})
 		tests := []struct {
 			path, body string

@@ -278,7 +278,7 @@ func TestGoldenBodies(t *testing.T) {
 		{"responses_whole", "/v1/responses", `{"input":"hi","max_output_tokens":2,"request_id":"resp_golden"}`, 200, true},
 		{"responses_stream", "/v1/responses", `{"input":"hi","max_output_tokens":2,"stream":true,"request_id":"resp_golden"}`, 200, true},
 	}
-	for _, v := range vllmversion.All {
+	for _, v := range vllmversion.APIs {
 		ts := startSim(t, sim.Options{Version: v})
 		for _, tc := range tests {
 			if tc.responsesAPI && !v.ResponsesAPI() {
@@ -301,14 +301,9 @@ func TestGoldenBodies(t *testing.T) {
 					t.Errorf("X-Request-Id echoed without --enable-request-id-headers")
 				}
 				got := normalize(raw)
-				// The V0 engine sits behind the same API server: 0.8's bodies either way.
-				dir := v.String()
-				if v == vllmversion.V0_8V0 {
-					dir = vllmversion.V0_8.String()
-				}
-				path := "testdata/" + dir + "/" + tc.name + ".golden"
+				path := "testdata/" + v.String() + "/" + tc.name + ".golden"
 				if *update {
-					if err := os.MkdirAll("testdata/"+dir, 0o755); err != nil {
+					if err := os.MkdirAll("testdata/"+v.String(), 0o755); err != nil {
 						t.Fatal(err)
 					}
 					if err := os.WriteFile(path, got, 0o644); err != nil {

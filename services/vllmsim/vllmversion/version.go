@@ -32,6 +32,10 @@ const (
 // All lists the versions, oldest first.
 var All = []Version{V0_8V0, V0_8, V0_10, Main}
 
+// APIs lists the versions whose API server differs, oldest first: V0_8V0 answers as V0_8 does,
+// only the engine behind it (spans, /metrics, log) differs.
+var APIs = []Version{V0_8, V0_10, Main}
+
 // Parse reads "0.8-v0", "0.8", "0.8.5", "v0.8", "0.10", "0.10.2", "v0.10" or "main".
 func Parse(s string) (Version, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
