@@ -64,7 +64,9 @@ type db struct {
 func newDB(t *testing.T) *db {
 	t.Helper()
 	conn, _ := testenv.ClickHouse(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// One context bounds every parallel subtest sharing the database, queued ones included: it
+	// catches a hang, not a slow machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	return &db{t: t, ctx: ctx, conn: conn}
 }
@@ -724,6 +726,48 @@ func TestEngineChildrenCountOnce(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestTTFTFromArrival: a request's TTFT is from arrival whatever measured it — the gateway for a
+// stream, the engine's span, or queue wait + scheduled-to-first-token from vLLM's timing object —
+// never vLLM's time_to_first_token_ms alone, which starts at scheduling (a whole answer that
+// waited 0.8 s in the queue had a TTFT of 0.05 s).
+func TestTTFTFromArrival(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	w, _ := ranges()
+	b, err := d.conn.PrepareBatch(d.ctx, `INSERT INTO requests (event_id, request_id, ts, arrival_ts, finished_ts, model, endpoint, stream,
+		status_code, ttft_s, queue_s, scheduled_to_first_token_s)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct {
+		id                     string
+		stream                 bool
+		ttft, queue, scheduled *float64
+	}{
+		{"stream", true, f64(0.9), f64(0.8), f64(0.05)},
+		{"whole-with-span", false, nil, f64(0.8), f64(0.06)},
+		{"whole-timing-only", false, nil, f64(0.8), f64(0.05)},
+	} {
+		arrival := w.From.Add(10 * time.Second)
+		if err := b.Append(r.id, r.id, arrival.Add(2*time.Second), arrival, arrival.Add(2*time.Second), "m", "/v1/chat/completions", r.stream,
+			uint16(200), r.ttft, r.queue, r.scheduled); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+	d.exec(`INSERT INTO engine_spans (event_id, request_id, engine_request_id, ts, start_ts, engine, queue_s, ttft_s, e2e_s)
+		VALUES ('s', 'whole-with-span', 'chatcmpl-whole-with-span', ?, ?, 'vllm-0', 0.8, 0.86, 2)`, w.From.Add(12*time.Second), w.From.Add(10*time.Second))
+	rep, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rep.Current; c.Requests != 3 || !near(c.TTFTMean, (0.9+0.86+0.85)/3, 1e-9) {
+		t.Errorf("requests %d, TTFT mean %v; want 3 and %v (from arrival for every request)", c.Requests, deref(c.TTFTMean), (0.9+0.86+0.85)/3)
+	}
 }
 
 // FuzzParseTime: any accepted text is a UTC time that round-trips through RFC 3339.

@@ -223,7 +223,7 @@ func (s *Stats) markSources(dest []any, keys []string, source string) {
 func (s *Stats) readRequests(ctx context.Context, conn driver.Conn) error {
 	dest, keys := s.perRequest(true)
 	if err := conn.QueryRow(ctx, query("requests")).Scan(append([]any{&s.Requests}, dest...)...); err != nil {
-		return fmt.Errorf("read request quantities from request_facts_window: %w", err)
+		return fmt.Errorf("read request quantities from requests and engine_requests: %w", err)
 	}
 	s.markSources(dest, keys, SourceRequests)
 	return nil

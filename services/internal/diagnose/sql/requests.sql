@@ -1,8 +1,10 @@
--- Per-request quantities of one window from request_facts_window: the gateway's records, one row
--- per request, with the engine's timings filled from its spans (children of n > 1 and
--- multi-prompt requests combined, migrations/000009) where the gateway's copy of vLLM's
--- per-request timing object lacks them. ttft_s is from arrival, from the best source the request
--- has (ttft_source). Engine rows are read up to an hour after the window (the view does).
+-- Per-request quantities of one window: the gateway's records, one row per request, with the
+-- engine's timings filled from engine_requests (the spans of n > 1 and multi-prompt children
+-- combined, migrations/000009) where the gateway's copy of vLLM's per-request timing object lacks
+-- them. ttft_s is from arrival, by the preference request_facts states (migrations/000009): the
+-- gateway's stream TTFT, else the engine span's, else queue_s + scheduled_to_first_token_s from
+-- the timing object. This is request_facts_window without the application's columns, which
+-- diagnose reads elsewhere. Spans are read up to an hour after the window.
 SELECT
     count()                                                                   AS requests,
     avgOrNull(prompt_tokens)                                                  AS prompt_tokens_mean,
@@ -27,18 +29,24 @@ SELECT
 FROM
 (
     SELECT
-        prompt_tokens,
-        completion_tokens,
-        cached_tokens,
-        queue_s,
-        prefill_s,
-        ttft_s,
-        coalesce(tpot_s, engine_itl_s, engine_tpot_s)                         AS tpot_s,
-        decode_s,
-        coalesce(e2e_s, engine_e2e_s)                                         AS e2e_s,
-        finish_reason,
-        max_tokens
-    FROM request_facts_window(from = fromUnixTimestamp64Micro({from_us:Int64}, 'UTC'),
-                              to = fromUnixTimestamp64Micro({to_us:Int64}, 'UTC'))
-    WHERE {model:String} = '' OR model = {model:String}
+        coalesce(r.prompt_tokens, s.prompt_tokens)                            AS prompt_tokens,
+        coalesce(r.completion_tokens, s.completion_tokens)                    AS completion_tokens,
+        r.cached_tokens                                                       AS cached_tokens,
+        coalesce(r.queue_s, s.queue_s)                                        AS queue_s,
+        coalesce(r.prefill_s, s.prefill_s)                                    AS prefill_s,
+        multiIf(r.ttft_s IS NOT NULL, r.ttft_s,
+                s.ttft_s IS NOT NULL, s.ttft_s,
+                r.queue_s + r.scheduled_to_first_token_s)                     AS ttft_s,
+        coalesce(r.tpot_s, r.engine_itl_s, s.tpot_s)                          AS tpot_s,
+        coalesce(r.decode_s, s.decode_s)                                      AS decode_s,
+        coalesce(r.e2e_s, s.e2e_s)                                            AS e2e_s,
+        r.finish_reason                                                       AS finish_reason,
+        r.max_tokens                                                          AS max_tokens
+    FROM requests AS r FINAL
+    LEFT JOIN engine_requests(from = fromUnixTimestamp64Micro({from_us:Int64}, 'UTC') - INTERVAL 1 MINUTE,
+                              to = fromUnixTimestamp64Micro({to_us:Int64}, 'UTC') + INTERVAL 1 HOUR) AS s
+        ON s.request_id = r.request_id
+    WHERE r.arrival_ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
+      AND r.arrival_ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')
+      AND ({model:String} = '' OR r.model = {model:String})
 )
