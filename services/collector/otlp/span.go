@@ -193,9 +193,6 @@ func ParseRequestID(engineRequestID string) EngineID {
 	return out
 }
 
-// RequestID returns the API request's id inside vLLM's engine request id (see ParseRequestID).
-func RequestID(engineRequestID string) string { return ParseRequestID(engineRequestID).RequestID }
-
 func hasAPIPrefix(id string) bool {
 	for _, p := range apiPrefixes {
 		if strings.HasPrefix(id, p.prefix) {
