@@ -79,10 +79,10 @@ func fullEvents() []schema.Event {
 	}
 	sp := &schema.EngineSpan{
 		Header:          schema.Header{Schema: "engine.span/v1", EventID: "2Iq3zhQ4yZb5cVx1n8D7HkJ3s9C", RequestID: "2Iq3zZNkYd3wBpRc6Z6pW0Y1yTd", TS: finished},
-		EngineRequestID: "chatcmpl-2Iq3zZNkYd3wBpRc6Z6pW0Y1yTd", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",
+		EngineRequestID: "cmpl-2Iq3zZNkYd3wBpRc6Z6pW0Y1yTd-1", PromptIndex: ptr(uint32(1)), ChildIndex: ptr(uint32(0)), TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",
 		Engine: "vllm", Model: "Qwen/Qwen2.5-0.5B-Instruct", StartTS: arrival,
 		QueueS: ptr(0.002), PrefillS: ptr(0.035), DecodeS: ptr(1.09), InferenceS: ptr(1.125), TTFTS: ptr(0.037), E2ES: ptr(1.127),
-		PromptTokens: ptr(uint32(412)), CompletionTokens: ptr(uint32(88)), MaxTokens: ptr(uint32(256)),
+		PromptTokens: ptr(uint32(412)), CompletionTokens: ptr(uint32(88)), FinishReason: "length", MaxTokens: ptr(uint32(256)),
 		Temperature: ptr(0.7), TopP: ptr(0.95), N: ptr(uint32(1)),
 	}
 	lg := &schema.EngineLog{

@@ -412,37 +412,61 @@ func NewEngineSample(engine string, ts time.Time) *EngineSample {
 }
 
 // EngineSpan is the engine's own per-request timing, from vLLM's OTLP `llm_request` span.
+//
+// vLLM ends one span per engine request, and an API request can be several engine requests: each
+// prompt of a multi-prompt /v1/completions (or /v1/embeddings) request, and each of the n choices
+// when n > 1 (vllm/v1/engine/parallel_sampling.py; vllm/sequence.py ParallelSampleSequenceGroup in
+// the V0 engine). Each of those children is one engine.span event with the API request's
+// RequestID; PromptIndex and ChildIndex say which child it is when the engine's id tells. Readers
+// combine the children of a request (the ClickHouse view engine_requests).
 type EngineSpan struct {
 	Header
 	// EngineRequestID is the engine's id as the span carries it (gen_ai.request.id, e.g.
-	// "chatcmpl-<id>"); RequestID is the same id with vLLM's prefix removed, matching the gateway's.
+	// "chatcmpl-<id>", "cmpl-<id>-1", "0_chatcmpl-<id>"); RequestID is the API request's id inside
+	// it, with vLLM's prefix and child markers removed, matching the gateway's.
 	EngineRequestID string `json:"engine_request_id,omitempty" jsonschema:"maxLength=256"`
+	// PromptIndex is the position of this child's prompt in a multi-prompt /v1/completions or
+	// /v1/embeddings request (vLLM's "cmpl-<id>-<index>"); absent for other endpoints.
+	PromptIndex *uint32 `json:"prompt_index,omitempty"`
+	// ChildIndex is this child's index among the n choices of its prompt when the engine's id
+	// carries it ("<index>_cmpl-…" in V1 up to v0.10, "…_parallel_sample_<index>" in V0); absent
+	// when the id does not tell (vLLM main gives every child the parent's id).
+	ChildIndex *uint32 `json:"child_index,omitempty"`
 	// TraceID and SpanID are the span's W3C ids in hex.
 	TraceID string `json:"trace_id,omitempty" jsonschema:"maxLength=32"`
 	SpanID  string `json:"span_id,omitempty" jsonschema:"maxLength=16"`
-	// Engine names the engine (the span's service.name resource attribute).
+	// Engine names the engine: the collector's configured name, or the span's service.name
+	// resource attribute when that picks one of several configured engines (package
+	// services/collector/otlp states the rule).
 	Engine string `json:"engine,omitempty" jsonschema:"maxLength=1024"`
-	// Model is gen_ai.response.model or gen_ai.request.model.
+	// Model is gen_ai.response.model or gen_ai.request.model when the span has one. vLLM's V1
+	// engine sets neither; its V0 engine sets gen_ai.response.model to the model path it loaded
+	// (--model), which differs from the served name (--served-model-name) clients ask for.
 	Model string `json:"model,omitempty" jsonschema:"maxLength=256"`
 	// StartTS is the span start (the engine's request arrival).
 	StartTS time.Time `json:"start_ts"`
 	// QueueS is gen_ai.latency.time_in_queue, seconds.
 	QueueS *float64 `json:"queue_s,omitempty" jsonschema:"minimum=0"`
-	// PrefillS is gen_ai.latency.time_in_model_prefill, seconds.
+	// PrefillS is gen_ai.latency.time_in_model_prefill, seconds (V1 engine only).
 	PrefillS *float64 `json:"prefill_s,omitempty" jsonschema:"minimum=0"`
-	// DecodeS is gen_ai.latency.time_in_model_decode, seconds.
+	// DecodeS is gen_ai.latency.time_in_model_decode, seconds (V1 engine only).
 	DecodeS *float64 `json:"decode_s,omitempty" jsonschema:"minimum=0"`
-	// InferenceS is gen_ai.latency.time_in_model_inference, seconds.
+	// InferenceS is gen_ai.latency.time_in_model_inference, seconds (V1 engine only).
 	InferenceS *float64 `json:"inference_s,omitempty" jsonschema:"minimum=0"`
-	// TTFTS is gen_ai.latency.time_to_first_token, seconds.
+	// TTFTS is gen_ai.latency.time_to_first_token: seconds from the engine's arrival of the
+	// request to its first output token (it includes the queue wait).
 	TTFTS *float64 `json:"ttft_s,omitempty" jsonschema:"minimum=0"`
-	// E2ES is gen_ai.latency.e2e, seconds.
+	// E2ES is gen_ai.latency.e2e, seconds from the engine's arrival to the request's end.
 	E2ES *float64 `json:"e2e_s,omitempty" jsonschema:"minimum=0"`
 	// PromptTokens is gen_ai.usage.prompt_tokens (input tokens).
 	PromptTokens *uint32 `json:"prompt_tokens,omitempty"`
 	// CompletionTokens is gen_ai.usage.completion_tokens (output tokens).
 	CompletionTokens *uint32 `json:"completion_tokens,omitempty"`
+	// FinishReason is the engine's reason this child ended, from gen_ai.response.finish_reasons:
+	// "stop", "length", "abort", "error" (vLLM's FinishReason); empty when the span has none.
+	FinishReason string `json:"finish_reason,omitempty" jsonschema:"maxLength=64"`
 	// MaxTokens, Temperature, TopP and N are the request parameters the span carries when set.
+	// N is the child's own n: 1 for every child of an n > 1 request.
 	MaxTokens   *uint32  `json:"max_tokens,omitempty"`
 	Temperature *float64 `json:"temperature,omitempty"`
 	TopP        *float64 `json:"top_p,omitempty"`

@@ -314,6 +314,7 @@ func (e *EngineSpan) ValidateAt(now time.Time) error {
 	v.str("span_id", e.SpanID, 16)
 	v.str("engine", e.Engine, maxURL)
 	v.str("model", e.Model, maxLabel)
+	v.str("finish_reason", e.FinishReason, 64)
 	v.ts("start_ts", e.StartTS, false)
 	for _, d := range []struct {
 		name string

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -54,8 +55,8 @@ type Config struct {
 	// LogFiles are vLLM log files to follow, comma-separated; an entry "name=PATH" names the
 	// engine of that log.
 	LogFiles []string `env:"COLLECTOR_LOG_FILES" envSeparator:","`
-	// Engine names the engine of logs and of spans without service.name; default: the name of
-	// the only target, or "vllm".
+	// Engine names the engine of logs without a name and of spans (see SpanNaming); default: the
+	// name of the only target, or "vllm".
 	Engine string `env:"COLLECTOR_ENGINE"`
 	// LogTimezone is the IANA time zone of vLLM's log timestamps (vLLM writes local time).
 	LogTimezone string `env:"COLLECTOR_LOG_TIMEZONE" envDefault:"UTC"`
@@ -101,7 +102,34 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// EngineName is the engine name of logs and of spans without service.name (see Config.Engine).
+// SpanNaming is how the OTLP receiver names the engine of a span: the configured engine names
+// (COLLECTOR_ENGINE, the names of COLLECTOR_TARGETS and COLLECTOR_LOG_FILES), of which the span's
+// service.name may pick one; otherwise EngineName (see otlp.Naming for the whole rule).
+func (c *Config) SpanNaming() otlp.Naming {
+	n := otlp.Naming{Default: c.EngineName()}
+	add := func(name string) {
+		if name != "" && !slices.Contains(n.Configured, name) {
+			n.Configured = append(n.Configured, name)
+		}
+	}
+	add(c.Engine)
+	if ts, err := scrape.ParseTargets(c.Targets); err == nil {
+		for _, t := range ts {
+			if t.Engine != "" {
+				add(t.Engine)
+			} else {
+				add(t.URL)
+			}
+		}
+	}
+	for _, lf := range ParseLogFiles(c.LogFiles, c.EngineName()) {
+		add(lf.Engine)
+	}
+	return n
+}
+
+// EngineName is the engine name of logs without a name and the default of spans (see
+// SpanNaming).
 func (c *Config) EngineName() string {
 	if c.Engine != "" {
 		return c.Engine
@@ -176,7 +204,7 @@ func New(cfg Config, pub Publisher, log *slog.Logger, reg *prometheus.Registry) 
 	if err != nil {
 		return nil, err
 	}
-	c.receiver, err = otlp.NewReceiver(pub, cfg.EngineName(), log.With("component", "otlp"), reg)
+	c.receiver, err = otlp.NewReceiver(pub, cfg.SpanNaming(), log.With("component", "otlp"), reg)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -282,5 +283,29 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := New(loadConfig(t, map[string]string{"COLLECTOR_OTLP_GRPC_ADDR": "256.0.0.1:1", "COLLECTOR_OTLP_HTTP_ADDR": Off, "COLLECTOR_METRICS_ADDR": Off}), nil, nil, nil); err == nil || !strings.Contains(err.Error(), "OTLP gRPC") {
 		t.Errorf("bad listen address: %v", err)
+	}
+}
+
+// TestSpanNaming: the engine names the receiver may give spans are the configured ones, with the
+// same default as the logs'.
+func TestSpanNaming(t *testing.T) {
+	for _, tc := range []struct {
+		env        map[string]string
+		dflt       string
+		configured []string
+	}{
+		{map[string]string{"COLLECTOR_TARGETS": "qwen-a=http://a:8000/metrics"}, "qwen-a", []string{"qwen-a"}},
+		{map[string]string{"COLLECTOR_TARGETS": "http://a:8000/metrics", "COLLECTOR_LOG_FILES": "/var/log/a.log"},
+			"http://a:8000/metrics", []string{"http://a:8000/metrics"}},
+		{map[string]string{"COLLECTOR_TARGETS": "a=http://a:8000/metrics,b=http://b:8000/metrics", "COLLECTOR_LOG_FILES": "b=/var/log/b.log"},
+			"vllm", []string{"a", "b"}},
+		{map[string]string{"COLLECTOR_ENGINE": "qwen-a"}, "qwen-a", []string{"qwen-a"}},
+		{map[string]string{}, "vllm", nil},
+	} {
+		cfg := loadConfig(t, tc.env)
+		n := cfg.SpanNaming()
+		if n.Default != tc.dflt || !slices.Equal(n.Configured, tc.configured) {
+			t.Errorf("env %v: naming %+v, want default %q configured %v", tc.env, n, tc.dflt, tc.configured)
+		}
 	}
 }

@@ -29,7 +29,7 @@ func FuzzServeHTTP(f *testing.F) {
 	f.Add([]byte{0x1f, 0x8b, 0x08}, false, true)
 	f.Fuzz(func(t *testing.T, body []byte, isJSON, gz bool) {
 		c := &collected{}
-		r, err := NewReceiver(c, "e", nil, nil)
+		r, err := NewReceiver(c, Naming{Default: "e"}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -64,7 +64,7 @@ func loadRequest(t testing.TB) ptraceotlp.ExportRequest {
 func newReceiver(t *testing.T) (*Receiver, *collected) {
 	t.Helper()
 	c := &collected{}
-	r, err := NewReceiver(c, "fallback-engine", nil, nil)
+	r, err := NewReceiver(c, Naming{Default: "fallback-engine"}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestConvertFields(t *testing.T) {
 		{"engine_request_id", e.EngineRequestID, "chatcmpl-2Z1xq8TnUe3RvI6hHbWzX9yA0kQ"},
 		{"trace_id", e.TraceID, "4bf92f3577b34da6a3ce929d0e0e4736"},
 		{"span_id", e.SpanID, "00f067aa0ba902b7"},
-		{"engine", e.Engine, "vllm-qwen"},
+		{"engine", e.Engine, "fallback-engine"},
 		{"queue_s", *e.QueueS, 0.472},
 		{"prefill_s", *e.PrefillS, 0.288},
 		{"decode_s", *e.DecodeS, 18.61},
@@ -135,22 +135,6 @@ func TestConvertFields(t *testing.T) {
 	for _, ch := range checks {
 		if ch.got != ch.want {
 			t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
-		}
-	}
-}
-
-func TestRequestID(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"chatcmpl-2Z1xq8TnUe3RvI6hHbWzX9yA0kQ", "2Z1xq8TnUe3RvI6hHbWzX9yA0kQ"},
-		{"chatcmpl-9f1c2d3e-aaaa-bbbb-cccc-0123456789ab", "9f1c2d3e-aaaa-bbbb-cccc-0123456789ab"},
-		{"cmpl-2Z1xq8TnUe3RvI6hHbWzX9yA0kQ-0", "2Z1xq8TnUe3RvI6hHbWzX9yA0kQ"},
-		{"cmpl-abc-12", "abc"},
-		{"embd-xyz", "xyz"},
-		{"my-own-id", "my-own-id"},
-		{"chatcmpl-", "chatcmpl-"},
-	} {
-		if got := RequestID(tc.in); got != tc.want {
-			t.Errorf("RequestID(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
@@ -282,7 +266,7 @@ func FuzzExportProto(f *testing.F) {
 			return
 		}
 		c := &collected{}
-		r, err := NewReceiver(c, "e", nil, nil)
+		r, err := NewReceiver(c, Naming{Default: "e"}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,9 +11,11 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
@@ -35,30 +37,38 @@ const MaxBodyBytes = 32 << 20
 type Receiver struct {
 	ptraceotlp.UnimplementedGRPCServer
 	pub    Publisher
-	engine string
+	naming Naming
 	log    *slog.Logger
 	spans  *prometheus.CounterVec
 	skews  prometheus.Counter
 	now    func() time.Time
+
+	// overridden holds the service.names already reported as overridden by configuration, so
+	// the notice is logged once per name (bounded by maxNotices).
+	mu         sync.Mutex
+	overridden map[string]bool
 }
+
+// maxNotices bounds the service.names remembered for the once-per-name override notice.
+const maxNotices = 64
 
 // MaxClockAhead is how far in the future a span may end before the receiver treats the engine's
 // clock as wrong: the span is then moved to end at its arrival, durations unchanged (they are
 // what the span is for, and the schema refuses events from the future).
 const MaxClockAhead = time.Minute
 
-// NewReceiver returns a receiver publishing to pub. engine names the engine of spans whose
-// resource has no service.name. reg, when not nil, gets servescope_collector_spans_total{result}
-// (published, rejected, ignored).
-func NewReceiver(pub Publisher, engine string, log *slog.Logger, reg prometheus.Registerer) (*Receiver, error) {
+// NewReceiver returns a receiver publishing to pub; naming chooses each span's engine name (see
+// Naming). reg, when not nil, gets servescope_collector_spans_total{result} (published,
+// rejected, ignored).
+func NewReceiver(pub Publisher, naming Naming, log *slog.Logger, reg prometheus.Registerer) (*Receiver, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	r := &Receiver{
-		pub: pub, engine: engine, log: log,
+		pub: pub, naming: naming, log: log, overridden: map[string]bool{},
 		spans: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "servescope_collector_spans_total",
-			Help: "OTLP spans received, by result: published (an engine.span), rejected (a request span that could not be converted), ignored (not a vLLM request span).",
+			Help: "OTLP spans received, by result: published (an engine.span), rejected (a request span that could not be converted or published), ignored (not a vLLM request span; logged at debug).",
 		}, []string{"result"}),
 		skews: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "servescope_collector_span_clock_corrections_total",
@@ -77,21 +87,27 @@ func NewReceiver(pub Publisher, engine string, log *slog.Logger, reg prometheus.
 }
 
 // Consume publishes an engine.span for every vLLM request span in td. It returns how many spans
-// were rejected, with the first reason; spans of other kinds are ignored.
+// were rejected, with the first reason. Every span is counted in servescope_collector_spans_total:
+// spans of other kinds (vLLM main's start-up and worker spans, a client's own spans sent to the
+// same endpoint) are ignored and logged at debug level.
 func (r *Receiver) Consume(td ptrace.Traces) (rejected int64, reason string) {
 	rss := td.ResourceSpans()
 	for i := 0; i < rss.Len(); i++ {
 		rs := rss.At(i)
+		r.noticeOverride(rs.Resource())
 		sss := rs.ScopeSpans()
 		for j := 0; j < sss.Len(); j++ {
+			scope := sss.At(j).Scope().Name()
 			spans := sss.At(j).Spans()
 			for k := 0; k < spans.Len(); k++ {
 				s := spans.At(k)
 				if !IsRequestSpan(s) {
 					r.spans.WithLabelValues("ignored").Inc()
+					r.log.Debug("span ignored: not a vLLM request span", "name", s.Name(), "scope", scope,
+						"span_id", s.SpanID().String(), "trace_id", s.TraceID().String())
 					continue
 				}
-				ev, err := Convert(rs.Resource(), s, r.engine)
+				ev, err := Convert(rs.Resource(), s, r.naming)
 				if err == nil {
 					r.correctClock(ev)
 					err = r.pub.Publish(ev)
@@ -110,6 +126,26 @@ func (r *Receiver) Consume(td ptrace.Traces) (rejected int64, reason string) {
 		}
 	}
 	return rejected, reason
+}
+
+// noticeOverride logs, once per name, that a resource's explicit service.name was overridden by
+// the collector's configured engine name (Naming rule 2).
+func (r *Receiver) noticeOverride(res pcommon.Resource) {
+	engine, overridden := r.naming.Engine(res)
+	if !overridden {
+		return
+	}
+	svc := str(res.Attributes(), AttrServiceName)
+	r.mu.Lock()
+	seen := r.overridden[svc] || len(r.overridden) >= maxNotices
+	if !seen {
+		r.overridden[svc] = true
+	}
+	r.mu.Unlock()
+	if !seen {
+		r.log.Info("spans name their service differently from the configured engine; using the configured name",
+			"service_name", svc, "engine", engine)
+	}
 }
 
 func (r *Receiver) correctClock(ev *schema.EngineSpan) {

@@ -2,18 +2,44 @@
 // (port 4317) and HTTP/protobuf (port 4318, POST /v1/traces), and turns each per-request span
 // into a servescope engine.span event.
 //
-// vLLM (vllm/v1/engine/output_processor.py, vllm/tracing.py) ends one span named "llm_request"
-// per finished request, with the engine's own timing as attributes: gen_ai.latency.time_in_queue,
-// time_in_model_prefill, time_in_model_decode, time_in_model_inference, time_to_first_token, e2e
-// (seconds), gen_ai.usage.prompt_tokens and completion_tokens, and gen_ai.request.id — the
-// request id with vLLM's API prefix ("chatcmpl-<X-Request-Id>"). [RequestID] strips that prefix
-// so the span joins the gateway's record of the same request.
+// What vLLM sends, by version (read in vLLM's source):
+//
+//   - v0.8: --otlp-traces-endpoint makes vLLM fall back to the V0 engine
+//     (vllm/engine/arg_utils.py), whose LLMEngine.create_trace_span (vllm/engine/llm_engine.py)
+//     ends one span named "llm_request" per finished sequence group, scope "vllm.llm_engine", with
+//     gen_ai.response.model (the loaded model path), gen_ai.request.id, temperature, top_p,
+//     max_tokens, n, gen_ai.usage.num_sequences, prompt_tokens, completion_tokens, and the
+//     latencies time_in_queue, time_to_first_token and e2e (plus time_in_scheduler,
+//     time_in_model_forward and time_in_model_execute with --collect-detailed-traces).
+//   - v0.10: the V1 engine's OutputProcessor.do_tracing (vllm/v1/engine/output_processor.py)
+//     ends "llm_request" per finished engine request, scope "vllm.llm_engine", with no model
+//     attribute; latencies time_in_queue, time_to_first_token, e2e, time_in_model_prefill,
+//     time_in_model_decode and time_in_model_inference; gen_ai.request.id is the engine
+//     request's own id.
+//   - main: the same span built by vllm.tracing.instrument_manual (scope "vllm.tracing.otel"),
+//     gen_ai.request.id is the external request id, and gen_ai.response.finish_reasons holds a
+//     JSON-encoded list (json.dumps(["stop"])).
+//
+// Every version: durations are seconds, the span starts at the request's arrival, and the
+// resource comes from the OpenTelemetry SDK's Resource.create, whose service.name is
+// "unknown_service" unless OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES set one. [Naming.Engine]
+// states how the engine name is chosen.
+//
+// One API request can be several engine requests, each with its own span: each prompt of a
+// multi-prompt /v1/completions request ("cmpl-<id>-<i>", vllm/entrypoints/openai/completion/
+// serving.py), and each choice of an n > 1 request (vllm/v1/engine/parallel_sampling.py: child
+// "<i>_<parent id>" up to v0.10, the parent's external id on main; V0: "<id>_parallel_sample_<i>",
+// vllm/sequence.py). [ParseRequestID] finds the API request's id in all of these, so every child
+// joins the gateway's record of the request; the ClickHouse view engine_requests combines them.
 package otlp
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,8 +52,8 @@ import (
 // SpanName is the name vLLM gives its per-request span.
 const SpanName = "llm_request"
 
-// vLLM's span attribute names (vllm/tracing.py SpanAttributes), and the OTel GenAI names newer
-// exporters may use for the token counts.
+// vLLM's span attribute names (SpanAttributes in vllm/tracing.py, vllm/tracing/utils.py on
+// main), and the OTel GenAI names newer exporters may use for the token counts.
 const (
 	AttrRequestID        = "gen_ai.request.id"
 	AttrResponseModel    = "gen_ai.response.model"
@@ -36,6 +62,7 @@ const (
 	AttrCompletionTokens = "gen_ai.usage.completion_tokens"
 	AttrInputTokens      = "gen_ai.usage.input_tokens"
 	AttrOutputTokens     = "gen_ai.usage.output_tokens"
+	AttrFinishReasons    = "gen_ai.response.finish_reasons"
 	AttrMaxTokens        = "gen_ai.request.max_tokens"
 	AttrTemperature      = "gen_ai.request.temperature"
 	AttrTopP             = "gen_ai.request.top_p"
@@ -49,29 +76,139 @@ const (
 	AttrServiceName      = "service.name"
 )
 
-// completionIndexRE is the "-<prompt index>" vLLM's completions endpoint appends to each prompt's
-// request id ("cmpl-<id>-0").
-var completionIndexRE = regexp.MustCompile(`-\d{1,4}$`)
+// DefaultServiceName is what the OpenTelemetry SDKs put in service.name when nothing names the
+// service ("unknown_service", or "unknown_service:<process.executable.name>" when the process
+// resource detector ran): Resource.create in opentelemetry-python, which vLLM uses.
+const DefaultServiceName = "unknown_service"
 
-// RequestID returns the gateway's request id inside vLLM's engine request id: the API prefix
-// removed ("chatcmpl-", "cmpl-", "embd-"), and for completions also the "-<prompt index>" suffix
-// vLLM appends per prompt. vLLM builds the id from the X-Request-Id header when the request has
-// one, so with the gateway in front the result equals the gateway's request_id. An id without a
-// known prefix is returned unchanged.
-func RequestID(engineRequestID string) string {
-	id := engineRequestID
+// IsDefaultServiceName reports whether name is empty or the SDK's default service name.
+func IsDefaultServiceName(name string) bool {
+	return name == "" || name == DefaultServiceName || strings.HasPrefix(name, DefaultServiceName+":")
+}
+
+// Naming chooses the engine name of a span. The rule: configuration names engines; a span's
+// service.name picks among them, and a default service name never beats configuration.
+//
+//  1. A service.name equal to one of the Configured names is that engine.
+//  2. Otherwise, when the collector is configured for one engine, the span is that engine's: a
+//     service.name the collector was not told about (the SDK's "unknown_service", or a generic
+//     OTEL_SERVICE_NAME such as "vllm") never renames it, so the spans, samples and log lines of
+//     one engine carry one name.
+//  3. Otherwise (several engines configured, or none) an explicitly set service.name is kept: it
+//     is the only thing telling the engines apart.
+//  4. Otherwise (the SDK's default service name, or none) the span gets Default.
+type Naming struct {
+	// Default is the collector's engine name (COLLECTOR_ENGINE, else its only target's name,
+	// else "vllm").
+	Default string
+	// Configured are the engine names the collector was given: COLLECTOR_ENGINE, the names of
+	// COLLECTOR_TARGETS and of COLLECTOR_LOG_FILES.
+	Configured []string
+}
+
+// Engine returns the engine name of a span whose resource is res, and whether the resource's
+// explicitly set service.name was overridden by configuration (rule 2).
+func (n Naming) Engine(res pcommon.Resource) (engine string, overridden bool) {
+	svc := str(res.Attributes(), AttrServiceName)
 	switch {
-	case strings.HasPrefix(id, "chatcmpl-"):
-		id = id[len("chatcmpl-"):]
-	case strings.HasPrefix(id, "cmpl-"):
-		id = completionIndexRE.ReplaceAllString(id[len("cmpl-"):], "")
-	case strings.HasPrefix(id, "embd-"):
-		id = id[len("embd-"):]
+	case svc != "" && slices.Contains(n.Configured, svc):
+		return svc, false
+	case len(n.Configured) == 1:
+		return n.Configured[0], !IsDefaultServiceName(svc)
+	case !IsDefaultServiceName(svc):
+		return svc, false
+	default:
+		return n.Default, false
 	}
-	if id == "" {
-		return engineRequestID
+}
+
+// apiPrefixes are the prefixes vLLM's OpenAI server puts before the request id it takes from
+// X-Request-Id (OpenAIServing._base_request_id); withPromptIndex marks the endpoints that run one
+// engine request per prompt and append "-<prompt index>".
+var apiPrefixes = []struct {
+	prefix          string
+	withPromptIndex bool
+}{
+	{"chatcmpl-", false}, // vllm/entrypoints/openai/serving_chat.py, chat_completion/serving.py
+	{"cmpl-", true},      // serving_completion.py (≤ v0.10), completion/serving.py (main)
+	{"embd-", true},      // serving_embedding.py
+}
+
+var (
+	// v1ChildRE is the "<index>_" the V1 engine put before a child's id up to v0.10
+	// (ParentRequest.get_child_info: f"{index}_{self.request_id}").
+	v1ChildRE = regexp.MustCompile(`^(\d{1,6})_`)
+	// v0ChildRE is the V0 engine's "_parallel_sample_<index>" (ParallelSampleSequenceGroup).
+	v0ChildRE = regexp.MustCompile(`_parallel_sample_(\d{1,6})$`)
+	// promptIndexRE is the "-<prompt index>" of multi-prompt endpoints.
+	promptIndexRE = regexp.MustCompile(`-(\d{1,6})$`)
+)
+
+// EngineID is what an engine request id says about the API request it belongs to.
+type EngineID struct {
+	// RequestID is the API request's id: the gateway's request_id when the gateway is in front
+	// (vLLM builds its id from the X-Request-Id header the gateway sends).
+	RequestID string
+	// PromptIndex is the prompt's position in a multi-prompt request; nil for other endpoints.
+	PromptIndex *uint32
+	// ChildIndex is the choice's index among n > 1 children; nil when the id does not tell.
+	ChildIndex *uint32
+}
+
+// ParseRequestID reads vLLM's engine request id: the child marker of n > 1 removed ("<i>_" in
+// V1 up to v0.10, "_parallel_sample_<i>" in V0), then the API prefix ("chatcmpl-", "cmpl-",
+// "embd-") and, for the multi-prompt endpoints, the "-<prompt index>" suffix. An id without a
+// known API prefix is returned whole: it was not made by vLLM's OpenAI server, so no part of it
+// can be told from the caller's own id.
+func ParseRequestID(engineRequestID string) EngineID {
+	id := engineRequestID
+	var child *uint32
+	if m := v0ChildRE.FindStringSubmatch(id); m != nil && hasAPIPrefix(id) {
+		child = index(m[1])
+		id = id[:len(id)-len(m[0])]
 	}
-	return id
+	if m := v1ChildRE.FindStringSubmatch(id); m != nil && hasAPIPrefix(id[len(m[0]):]) {
+		child = index(m[1])
+		id = id[len(m[0]):]
+	}
+	out := EngineID{RequestID: engineRequestID}
+	for _, p := range apiPrefixes {
+		if !strings.HasPrefix(id, p.prefix) {
+			continue
+		}
+		rest := id[len(p.prefix):]
+		if p.withPromptIndex {
+			if m := promptIndexRE.FindStringSubmatch(rest); m != nil {
+				out.PromptIndex = index(m[1])
+				rest = rest[:len(rest)-len(m[0])]
+			}
+		}
+		if rest == "" { // vLLM's prefix around an empty id: keep the whole id
+			return EngineID{RequestID: engineRequestID}
+		}
+		out.RequestID = rest
+		out.ChildIndex = child
+		return out
+	}
+	return out
+}
+
+func hasAPIPrefix(id string) bool {
+	for _, p := range apiPrefixes {
+		if strings.HasPrefix(id, p.prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func index(digits string) *uint32 {
+	v, err := strconv.ParseUint(digits, 10, 32)
+	if err != nil {
+		return nil
+	}
+	u := uint32(v)
+	return &u
 }
 
 // IsRequestSpan reports whether a span is vLLM's per-request span: named llm_request, or
@@ -84,9 +221,9 @@ func IsRequestSpan(s ptrace.Span) bool {
 	return ok
 }
 
-// Convert turns one request span into an engine.span event. engine names the engine when the
-// resource has no service.name. It fails when the span has no request id.
-func Convert(res pcommon.Resource, s ptrace.Span, engine string) (*schema.EngineSpan, error) {
+// Convert turns one request span into an engine.span event, its engine named by naming. It fails
+// when the span has no request id.
+func Convert(res pcommon.Resource, s ptrace.Span, naming Naming) (*schema.EngineSpan, error) {
 	attrs := s.Attributes()
 	engineID := str(attrs, AttrRequestID)
 	if engineID == "" {
@@ -96,8 +233,10 @@ func Convert(res pcommon.Resource, s ptrace.Span, engine string) (*schema.Engine
 	if s.EndTimestamp() == 0 {
 		end = time.Now()
 	}
-	ev := schema.NewEngineSpan(schema.Truncate(RequestID(engineID), 128), end)
+	id := ParseRequestID(engineID)
+	ev := schema.NewEngineSpan(schema.Truncate(id.RequestID, 128), end)
 	ev.EngineRequestID = schema.Truncate(engineID, 256)
+	ev.PromptIndex, ev.ChildIndex = id.PromptIndex, id.ChildIndex
 	if tid := s.TraceID(); !tid.IsEmpty() {
 		ev.TraceID = tid.String()
 	}
@@ -107,9 +246,7 @@ func Convert(res pcommon.Resource, s ptrace.Span, engine string) (*schema.Engine
 	if s.StartTimestamp() != 0 {
 		ev.StartTS = s.StartTimestamp().AsTime().UTC()
 	}
-	if v := str(res.Attributes(), AttrServiceName); v != "" {
-		engine = v
-	}
+	engine, _ := naming.Engine(res)
 	ev.Engine = schema.Truncate(engine, 1024)
 	ev.Model = str(attrs, AttrResponseModel)
 	if ev.Model == "" {
@@ -124,11 +261,46 @@ func Convert(res pcommon.Resource, s ptrace.Span, engine string) (*schema.Engine
 	ev.E2ES = seconds(attrs, AttrE2E)
 	ev.PromptTokens = count(attrs, AttrPromptTokens, AttrInputTokens)
 	ev.CompletionTokens = count(attrs, AttrCompletionTokens, AttrOutputTokens)
+	ev.FinishReason = schema.Truncate(finishReason(attrs), 64)
 	ev.MaxTokens = count(attrs, AttrMaxTokens)
 	ev.N = count(attrs, AttrN)
 	ev.Temperature = number(attrs, AttrTemperature)
 	ev.TopP = number(attrs, AttrTopP)
 	return ev, nil
+}
+
+// finishReason reads gen_ai.response.finish_reasons: the OTel GenAI convention's string array,
+// or the JSON-encoded list vLLM main sets as a string ('["stop"]'), or a bare string. vLLM ends
+// one span per engine request, so the list has one reason; the first non-empty one is returned.
+func finishReason(m pcommon.Map) string {
+	v, ok := m.Get(AttrFinishReasons)
+	if !ok {
+		return ""
+	}
+	var reasons []string
+	switch v.Type() {
+	case pcommon.ValueTypeSlice:
+		for i := 0; i < v.Slice().Len(); i++ {
+			reasons = append(reasons, v.Slice().At(i).AsString())
+		}
+	case pcommon.ValueTypeStr:
+		raw := strings.TrimSpace(v.Str())
+		if strings.HasPrefix(raw, "[") {
+			if err := json.Unmarshal([]byte(raw), &reasons); err != nil {
+				return ""
+			}
+		} else {
+			reasons = []string{raw}
+		}
+	default:
+		return ""
+	}
+	for _, r := range reasons {
+		if r = strings.ToValidUTF8(strings.TrimSpace(r), "\uFFFD"); r != "" {
+			return r
+		}
+	}
+	return ""
 }
 
 func str(m pcommon.Map, key string) string {
@@ -152,9 +324,11 @@ func number(m pcommon.Map, key string) *float64 {
 	case pcommon.ValueTypeInt:
 		f = float64(v.Int())
 	case pcommon.ValueTypeStr:
-		if _, err := fmt.Sscan(v.Str(), &f); err != nil {
+		p, err := strconv.ParseFloat(strings.TrimSpace(v.Str()), 64)
+		if err != nil {
 			return nil
 		}
+		f = p
 	default:
 		return nil
 	}

@@ -122,11 +122,16 @@ func TestInsertEventsEveryKind(t *testing.T) {
 	if !math.IsInf(le, 1) || sum != 12.5 {
 		t.Errorf("engine_samples: last bucket le=%v sum=%v, want +Inf and 12.5", le, sum)
 	}
-	if err := conn.QueryRow(ctx, "SELECT start_ts FROM engine_spans LIMIT 1").Scan(&start); err != nil {
+	var promptIndex, childIndex *uint32
+	var finish string
+	if err := conn.QueryRow(ctx, "SELECT start_ts, prompt_index, child_index, finish_reason FROM engine_spans LIMIT 1").Scan(&start, &promptIndex, &childIndex, &finish); err != nil {
 		t.Fatal(err)
 	}
 	if start == nil {
 		t.Errorf("engine_spans.start_ts is NULL, want the span start")
+	}
+	if promptIndex == nil || *promptIndex != 0 || childIndex == nil || *childIndex != 1 || finish != "length" {
+		t.Errorf("engine_spans: prompt_index %v child_index %v finish_reason %q, want 0, 1, length", promptIndex, childIndex, finish)
 	}
 	for _, tbl := range Tables()[:6] {
 		var n uint64

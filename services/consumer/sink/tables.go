@@ -177,16 +177,18 @@ func tableDefs() map[schema.Kind]*table {
 		schema.KindEngineSpan: {
 			name: TableEngineSpans,
 			columns: []string{
-				"event_id", "request_id", "engine_request_id", "trace_id", "span_id", "ts", "start_ts",
-				"engine", "model", "queue_s", "prefill_s", "decode_s", "inference_s", "ttft_s", "e2e_s",
-				"prompt_tokens", "completion_tokens", "max_tokens", "temperature", "top_p", "n",
+				"event_id", "request_id", "engine_request_id", "prompt_index", "child_index", "trace_id",
+				"span_id", "ts", "start_ts", "engine", "model", "queue_s", "prefill_s", "decode_s",
+				"inference_s", "ttft_s", "e2e_s", "prompt_tokens", "completion_tokens", "finish_reason",
+				"max_tokens", "temperature", "top_p", "n",
 			},
 			row: func(dst []any, ev schema.Event) []any {
 				e := ev.(*schema.EngineSpan)
 				return append(dst,
-					e.EventID, e.RequestID, e.EngineRequestID, e.TraceID, e.SpanID, e.TS, nullTime(e.StartTS),
-					e.Engine, e.Model, e.QueueS, e.PrefillS, e.DecodeS, e.InferenceS, e.TTFTS, e.E2ES,
-					e.PromptTokens, e.CompletionTokens, e.MaxTokens, e.Temperature, e.TopP, e.N,
+					e.EventID, e.RequestID, e.EngineRequestID, e.PromptIndex, e.ChildIndex, e.TraceID,
+					e.SpanID, e.TS, nullTime(e.StartTS), e.Engine, e.Model, e.QueueS, e.PrefillS, e.DecodeS,
+					e.InferenceS, e.TTFTS, e.E2ES, e.PromptTokens, e.CompletionTokens, e.FinishReason,
+					e.MaxTokens, e.Temperature, e.TopP, e.N,
 				)
 			},
 		},

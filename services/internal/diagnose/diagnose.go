@@ -5,8 +5,12 @@
 // alternative those numbers could not rule out; no finding is a valid result.
 //
 // Sources: per-request quantities come from the gateway's `requests` rows, with the engine's own
-// timings filled from `engine_spans`; when neither has them, the window averages come from the
-// cumulative histograms in `engine_samples` (difference over the window, counter resets handled).
+// timings filled from its spans and TTFT from arrival as `request_facts` gives them; without
+// gateway records, from the engine's spans alone. Both read the spans through the view
+// `engine_requests`, so a request counts once: the spans of its n > 1 and multi-prompt children
+// are combined (migrations/000009). When neither has them, the window
+// averages come from the cumulative histograms in `engine_samples` (difference over the window,
+// counter resets handled).
 // Running, waiting and KV maxima come from `engine_samples`; retrieval scores, versions and output
 // checks from `app_records` (and `requests`); crash evidence from `engine_logs`.
 package diagnose

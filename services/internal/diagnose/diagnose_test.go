@@ -64,7 +64,9 @@ type db struct {
 func newDB(t *testing.T) *db {
 	t.Helper()
 	conn, _ := testenv.ClickHouse(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// One context bounds every parallel subtest sharing the database, queued ones included: it
+	// catches a hang, not a slow machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	return &db{t: t, ctx: ctx, conn: conn}
 }
@@ -572,25 +574,52 @@ func TestParseTime(t *testing.T) {
 	}
 }
 
+// spanOpts says how writeSpans writes a scenario's spans.
+type spanOpts struct {
+	// children is the number of engine requests per API request (n > 1 or several prompts, each
+	// its own span with the API request's id, as vLLM main sends them); 0 means 1.
+	children int
+	// engine and model are the spans' engine name and model attribute (vLLM's V1 spans have none).
+	engine, model string
+}
+
 // writeSpans inserts the engine's per-request spans for the scenario over r, with request ids
-// equal to the gateway's (as the collector matches them).
-func (d *db) writeSpans(sc scenario, r diagnose.Range) {
+// equal to the gateway's (as the collector matches them). With several children, each child
+// produces an equal share of the output at the scenario's inter-token time, child c waiting
+// 0.01·c s longer than child 0; so the request's queue wait and TTFT are child 0's, its output
+// the scenario's and its TPOT (vLLM's, per child) the scenario's.
+func (d *db) writeSpans(sc scenario, r diagnose.Range, o spanOpts) {
 	d.t.Helper()
+	if o.children == 0 {
+		o.children = 1
+	}
+	if o.engine == "" {
+		o.engine = "vllm-0"
+	}
 	n := int(math.Round(sc.rate * r.Seconds()))
-	b, err := d.conn.PrepareBatch(d.ctx, `INSERT INTO engine_spans (event_id, request_id, ts, start_ts, engine, model, queue_s,
-		prefill_s, decode_s, ttft_s, e2e_s, prompt_tokens, completion_tokens)`)
+	b, err := d.conn.PrepareBatch(d.ctx, `INSERT INTO engine_spans (event_id, request_id, engine_request_id, ts, start_ts, engine, model, queue_s,
+		prefill_s, decode_s, ttft_s, e2e_s, prompt_tokens, completion_tokens, finish_reason)`)
 	if err != nil {
 		d.t.Fatal(err)
 	}
 	step := r.To.Sub(r.From) / time.Duration(n)
+	out := math.Round(sc.out / float64(o.children))
+	itl := sc.decode / (sc.out - 1)
 	for i := range n {
 		start := r.From.Add(time.Duration(i) * step)
 		id := fmt.Sprintf("%s-%s-%d-%d", "Qwen/Qwen2.5-7B-Instruct-AWQ", strings.ReplaceAll(sc.name, " ", "-"), r.From.Unix(), i)
-		e2e := jitter(sc.e2e, i)
-		if err := b.Append(id+"-span", id, start.Add(time.Duration(e2e*float64(time.Second))), start, "vllm-0", "Qwen/Qwen2.5-7B-Instruct-AWQ",
-			f64(jitter(sc.queue, i)), f64(jitter(sc.prefill, i)), f64(jitter(sc.decode, i)), f64(jitter(sc.ttft, i)), &e2e,
-			u32(sc.in), u32(sc.out)); err != nil {
-			d.t.Fatal(err)
+		for c := range o.children {
+			wait := 0.01 * float64(c)
+			decode := jitter(sc.decode, i)
+			if o.children > 1 {
+				decode = jitter(itl*(out-1), i)
+			}
+			e2e := jitter(sc.e2e, i) - jitter(sc.decode, i) + decode + wait
+			if err := b.Append(fmt.Sprintf("%s-span-%d", id, c), id, "chatcmpl-"+id, start.Add(time.Duration(e2e*float64(time.Second))), start,
+				o.engine, o.model, f64(jitter(sc.queue, i)+wait), f64(jitter(sc.prefill, i)), &decode, f64(jitter(sc.ttft, i)+wait), &e2e,
+				u32(sc.in), u32(out), "length"); err != nil {
+				d.t.Fatal(err)
+			}
 		}
 	}
 	if err := b.Send(); err != nil {
@@ -607,7 +636,7 @@ func TestEngineTimingSources(t *testing.T) {
 		d := newDB(t)
 		w, _ := ranges()
 		d.write(overload, w, rowOpts{engineTimingsInSamplesOnly: true})
-		d.writeSpans(overload, w)
+		d.writeSpans(overload, w, spanOpts{})
 		rep, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w})
 		if err != nil {
 			t.Fatal(err)
@@ -621,7 +650,7 @@ func TestEngineTimingSources(t *testing.T) {
 		t.Parallel()
 		d := newDB(t)
 		w, _ := ranges()
-		d.writeSpans(longOutput, w)
+		d.writeSpans(longOutput, w, spanOpts{})
 		rep, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w})
 		if err != nil {
 			t.Fatal(err)
@@ -638,6 +667,107 @@ func TestEngineTimingSources(t *testing.T) {
 			t.Errorf("findings = %v", rep.Findings)
 		}
 	})
+}
+
+// TestEngineChildrenCountOnce feeds the span sets of n > 1 requests (one span per child, all with
+// the request's id, as vLLM sends them): every request counts once, with its children combined
+// (migrations/000009), where counting spans would have counted n requests of 1/n of the output.
+func TestEngineChildrenCountOnce(t *testing.T) {
+	t.Parallel()
+	t.Run("spans only", func(t *testing.T) {
+		t.Parallel()
+		d := newDB(t)
+		w, _ := ranges()
+		d.writeSpans(longOutput, w, spanOpts{children: 4})
+		rep, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := rep.Current
+		if c.Requests != 60 || !near(c.CompletionTokensMean, 1024, 0) || !near(c.QueueMean, 0, 1e-9) || !near(c.TTFTMean, 0.083, 1e-9) {
+			t.Errorf("requests %d (spans: 240), output tokens %v, queue %v, TTFT %v; want 60, 1024, 0, 0.083 (child 0's)",
+				c.Requests, deref(c.CompletionTokensMean), deref(c.QueueMean), deref(c.TTFTMean))
+		}
+		// vLLM's TPOT per child (decode ÷ (256 − 1)), averaged over the children: the scenario's.
+		if !near(c.TPOTMean, 26.54/1023, 1e-9) {
+			t.Errorf("TPOT = %v, want %v", deref(c.TPOTMean), 26.54/1023)
+		}
+	})
+	t.Run("joined", func(t *testing.T) {
+		t.Parallel()
+		d := newDB(t)
+		w, _ := ranges()
+		d.write(overload, w, rowOpts{engineTimingsInSamplesOnly: true})
+		d.writeSpans(overload, w, spanOpts{children: 3})
+		rep, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := rep.Current
+		if c.Requests != 840 || !near(c.QueueMean, 0.472, 1e-9) || c.Sources["queue_s_mean"] != diagnose.SourceRequests {
+			t.Errorf("requests %d, queue mean %v from %q; want 840 and the first-scheduled child's 0.472 from requests",
+				c.Requests, deref(c.QueueMean), c.Sources["queue_s_mean"])
+		}
+	})
+	t.Run("spans only, --model", func(t *testing.T) {
+		// vLLM's V1 spans name no model: --model keeps the requests of the engine that served it.
+		t.Parallel()
+		d := newDB(t)
+		w, _ := ranges()
+		d.writeSamples(longOutput, w, rowOpts{})
+		d.writeSpans(longOutput, w, spanOpts{children: 2, engine: "http://vllm:8000/metrics"})
+		for model, want := range map[string]uint64{"Qwen/Qwen2.5-7B-Instruct-AWQ": 60, "other": 0} {
+			rep, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w, Model: model})
+			if err != nil && !errors.Is(err, diagnose.ErrNoData) {
+				t.Fatal(err)
+			}
+			if rep.Current.Requests != want {
+				t.Errorf("--model %s: %d requests, want %d", model, rep.Current.Requests, want)
+			}
+		}
+	})
+}
+
+// TestTTFTFromArrival: a request's TTFT is from arrival whatever measured it — the gateway for a
+// stream, the engine's span, or queue wait + scheduled-to-first-token from vLLM's timing object —
+// never vLLM's time_to_first_token_ms alone, which starts at scheduling (a whole answer that
+// waited 0.8 s in the queue had a TTFT of 0.05 s).
+func TestTTFTFromArrival(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	w, _ := ranges()
+	b, err := d.conn.PrepareBatch(d.ctx, `INSERT INTO requests (event_id, request_id, ts, arrival_ts, finished_ts, model, endpoint, stream,
+		status_code, ttft_s, queue_s, scheduled_to_first_token_s)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct {
+		id                     string
+		stream                 bool
+		ttft, queue, scheduled *float64
+	}{
+		{"stream", true, f64(0.9), f64(0.8), f64(0.05)},
+		{"whole-with-span", false, nil, f64(0.8), f64(0.06)},
+		{"whole-timing-only", false, nil, f64(0.8), f64(0.05)},
+	} {
+		arrival := w.From.Add(10 * time.Second)
+		if err := b.Append(r.id, r.id, arrival.Add(2*time.Second), arrival, arrival.Add(2*time.Second), "m", "/v1/chat/completions", r.stream,
+			uint16(200), r.ttft, r.queue, r.scheduled); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+	d.exec(`INSERT INTO engine_spans (event_id, request_id, engine_request_id, ts, start_ts, engine, queue_s, ttft_s, e2e_s)
+		VALUES ('s', 'whole-with-span', 'chatcmpl-whole-with-span', ?, ?, 'vllm-0', 0.8, 0.86, 2)`, w.From.Add(12*time.Second), w.From.Add(10*time.Second))
+	rep, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rep.Current; c.Requests != 3 || !near(c.TTFTMean, (0.9+0.86+0.85)/3, 1e-9) {
+		t.Errorf("requests %d, TTFT mean %v; want 3 and %v (from arrival for every request)", c.Requests, deref(c.TTFTMean), (0.9+0.86+0.85)/3)
+	}
 }
 
 // FuzzParseTime: any accepted text is a UTC time that round-trips through RFC 3339.

@@ -42,7 +42,8 @@ func (r Range) String() string {
 // Durations are seconds, token counts are tokens per request, shares are fractions 0..1.
 type Stats struct {
 	// Requests is the number of requests that arrived in the range (gateway records, or engine
-	// spans when no gateway record exists). RatePerS is Requests ÷ the range's length.
+	// requests, each the spans of its children combined, when no gateway record exists).
+	// RatePerS is Requests ÷ the range's length.
 	Requests uint64   `json:"requests"`
 	RatePerS *float64 `json:"rate_per_s,omitempty"`
 
@@ -69,7 +70,8 @@ type Stats struct {
 	E2EP50      *float64 `json:"e2e_s_p50,omitempty"`
 	E2EP95      *float64 `json:"e2e_s_p95,omitempty"`
 	// Sources names, per quantity key (e.g. "queue_s_mean"), where its value came from:
-	// "requests" (gateway + engine span), "engine_spans", or "engine_samples histograms".
+	// "requests" (gateway + engine spans), "engine_spans" (the spans alone, children combined),
+	// or "engine_samples histograms".
 	Sources map[string]string `json:"sources,omitempty"`
 
 	// Instantaneous engine quantities: maxima over the range's samples of
@@ -221,7 +223,7 @@ func (s *Stats) markSources(dest []any, keys []string, source string) {
 func (s *Stats) readRequests(ctx context.Context, conn driver.Conn) error {
 	dest, keys := s.perRequest(true)
 	if err := conn.QueryRow(ctx, query("requests")).Scan(append([]any{&s.Requests}, dest...)...); err != nil {
-		return fmt.Errorf("read request quantities from requests: %w", err)
+		return fmt.Errorf("read request quantities from requests and engine_requests: %w", err)
 	}
 	s.markSources(dest, keys, SourceRequests)
 	return nil
@@ -230,7 +232,7 @@ func (s *Stats) readRequests(ctx context.Context, conn driver.Conn) error {
 func (s *Stats) readSpans(ctx context.Context, conn driver.Conn) error {
 	dest, keys := s.perRequest(false)
 	if err := conn.QueryRow(ctx, query("spans")).Scan(append([]any{&s.Requests}, dest...)...); err != nil {
-		return fmt.Errorf("read request quantities from engine_spans: %w", err)
+		return fmt.Errorf("read request quantities from engine_requests: %w", err)
 	}
 	s.markSources(dest, keys, SourceSpans)
 	return nil

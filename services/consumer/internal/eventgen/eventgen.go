@@ -67,7 +67,9 @@ func Event(k schema.Kind, i int, base time.Time) schema.Event {
 		return e
 	case schema.KindEngineSpan:
 		e := schema.NewEngineSpan(rid, ts)
-		e.EngineRequestID = "chatcmpl-" + rid
+		e.EngineRequestID = "1_cmpl-" + rid + "-0" // vLLM v0.10: child 1 of prompt 0
+		e.PromptIndex, e.ChildIndex = ptr(uint32(0)), ptr(uint32(1))
+		e.FinishReason = "length"
 		e.TraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 		e.SpanID = "00f067aa0ba902b7"
 		e.Engine = "vllm"

@@ -1,6 +1,10 @@
--- Per-request quantities of one window from the engine's spans alone, for deployments where no
--- gateway records requests. The span has no stop reason; TPOT is vLLM's definition,
--- decode time ÷ (output tokens − 1).
+-- Per-request quantities of one window from the engine alone, for deployments where no gateway
+-- records requests: engine_requests, one row per request with the children of n > 1 and
+-- multi-prompt requests combined (migrations/000009), for the requests that arrived in the
+-- window (their spans end up to an hour later). TPOT is vLLM's definition, decode time ÷ (output
+-- tokens − 1), per child and averaged over the children. vLLM's V1 spans name no model, so
+-- --model keeps the requests whose span names it (V0: the loaded model path) or whose engine
+-- served it in the window (the model_name label of its /metrics samples: the served name).
 SELECT
     count()                                                                   AS requests,
     avgOrNull(prompt_tokens)                                                  AS prompt_tokens_mean,
@@ -18,14 +22,13 @@ SELECT
     quantileOrNull(0.5)(e2e_s)                                                AS e2e_p50,
     quantileOrNull(0.95)(e2e_s)                                               AS e2e_p95,
     avgOrNull(max_tokens)                                                     AS max_tokens_mean
-FROM
-(
-    SELECT prompt_tokens, completion_tokens, queue_s, prefill_s, ttft_s, decode_s, e2e_s, max_tokens,
-           if(completion_tokens > 1, decode_s / (completion_tokens - 1), NULL) AS tpot_s
-    FROM engine_spans FINAL
-    WHERE coalesce(start_ts, ts) >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
-      AND coalesce(start_ts, ts) < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')
-      AND ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
-      AND ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC') + INTERVAL 1 HOUR
-      AND ({model:String} = '' OR model = {model:String})
-)
+FROM engine_requests(from = fromUnixTimestamp64Micro({from_us:Int64}, 'UTC'),
+                     to = fromUnixTimestamp64Micro({to_us:Int64}, 'UTC') + INTERVAL 1 HOUR)
+WHERE coalesce(start_ts, ts) >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
+  AND coalesce(start_ts, ts) < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')
+  AND ({model:String} = ''
+       OR model = {model:String}
+       OR engine IN (SELECT engine FROM engine_samples
+                     WHERE model = {model:String}
+                       AND ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC') - INTERVAL 10 MINUTE
+                       AND ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC') + INTERVAL 10 MINUTE))
