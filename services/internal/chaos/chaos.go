@@ -588,7 +588,7 @@ func (r *run) outage(ctx context.Context, name string, s *proc.Process) error {
 		if err := s.Kill(ctx); err != nil {
 			return err
 		}
-	} else if err := s.Stop(ctx); err != nil {
+	} else if err := r.stopped(name, s.Stop(ctx)); err != nil {
 		return err
 	}
 	r.mark("fault: %s server stopped for %s (%s)", name, r.opt.Outage, how)
@@ -691,7 +691,7 @@ func (r *run) detectorRestart(ctx context.Context) error {
 func (r *run) restart(ctx context.Context, name string) error {
 	p := r.getProc(name)
 	if !r.opt.Hard {
-		return r.procs.Stop(ctx, p)
+		return r.stopped(name, r.procs.Stop(ctx, p))
 	}
 	// A crash within a few tens of milliseconds of a response loses that request's
 	// request.finished event, which is still in the gateway's memory (recorder and publisher
@@ -707,6 +707,16 @@ func (r *run) restart(ctx context.Context, name string) error {
 	}
 	r.mark("%s killed with SIGKILL", name)
 	return nil
+}
+
+// stopped passes on the error of a graceful stop of name, except that a process which had to be
+// killed after its grace is noted in the timeline and the run goes on: it is gone all the same.
+func (r *run) stopped(name string, err error) error {
+	if errors.Is(err, proc.ErrKilledAfterGrace) {
+		r.mark("environment: %s ignored SIGTERM and was killed: %v", name, err)
+		return nil
+	}
+	return err
 }
 
 // setWindow records the outage called name, from from to now, for the ledger.
@@ -769,7 +779,7 @@ func (r *run) gatewayState(ctx context.Context) (gatewayState, error) {
 func (r *run) gatewaySpool(ctx context.Context) error {
 	from := time.Now()
 	r.hold("NATS", true)
-	if err := r.nats.Stop(ctx); err != nil {
+	if err := r.stopped("NATS", r.nats.Stop(ctx)); err != nil {
 		return err
 	}
 	r.mark("fault 5: NATS stopped; traffic goes on so the gateway spools")
