@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/servescope/servescope/dev/proc"
 	"github.com/servescope/servescope/services/internal/bus"
 	"github.com/servescope/servescope/services/internal/chstore"
 	"github.com/servescope/servescope/services/internal/config"
@@ -338,7 +339,8 @@ func (r *run) indexVersion(ctx context.Context) (indexInfo, error) {
 // restartEngine replaces the engine process with one started with extra flags.
 func (r *run) restartEngine(ctx context.Context, extra ...string) error {
 	if r.engine != nil {
-		if err := r.procs.Stop(ctx, r.engine); err != nil {
+		// An engine that needed SIGKILL is gone all the same.
+		if err := r.procs.Stop(ctx, r.engine); err != nil && !errors.Is(err, proc.ErrKilledAfterGrace) {
 			return err
 		}
 	}
