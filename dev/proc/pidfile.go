@@ -40,7 +40,7 @@ type record struct {
 // WritePidFile records pid, with the executable and command line /proc shows for it, in path
 // (written whole or not at all). It works for the calling process too (os.Getpid()).
 func WritePidFile(path string, pid int) error {
-	exe, argv, err := observe(pid)
+	exe, argv, err := observeSettled(pid)
 	if err == nil && argv == nil {
 		err = fmt.Errorf("pid %d shows no command line", pid)
 	}
@@ -54,13 +54,7 @@ func WritePidFile(path string, pid int) error {
 // exited already, as cmd describes it (the file is removed when its exit is seen).
 func writeChildPidFile(path string, cmd *exec.Cmd) error {
 	pid := cmd.Process.Pid
-	exe, argv, err := observe(pid)
-	// The parent of a vfork-style exec resumes before the kernel has laid out the new program's
-	// arguments: for a moment /proc shows the new executable with an empty command line.
-	for wait := time.Millisecond; err == nil && argv == nil && wait < time.Second; wait *= 2 {
-		time.Sleep(wait)
-		exe, argv, err = observe(pid)
-	}
+	exe, argv, err := observeSettled(pid)
 	if err != nil || argv == nil {
 		exe, argv = cmd.Path, cmd.Args
 	}
@@ -115,6 +109,19 @@ func readRecord(path string) (record, error) {
 		}
 	}
 	return rec, nil
+}
+
+// observeSettled is observe for a process that may have just been started: the parent of a
+// vfork-style exec (os/exec's) resumes before the kernel has laid out the new program's arguments,
+// so for a moment /proc shows the new executable with an empty command line (nil argv). It waits
+// for the arguments up to about a second.
+func observeSettled(pid int) (exe string, argv []string, err error) {
+	exe, argv, err = observe(pid)
+	for wait := time.Millisecond; err == nil && argv == nil && wait < time.Second; wait *= 2 {
+		time.Sleep(wait)
+		exe, argv, err = observe(pid)
+	}
+	return exe, argv, err
 }
 
 // observe returns the executable and command line /proc shows for a live pid. An executable

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,6 +64,12 @@ type Spec struct {
 	ExtraLogs []string
 	// TailLines is how many lines of each log an error shows (DefaultTailLines when 0).
 	TailLines int
+
+	// DieWithCaller has the kernel send the process SIGKILL when the caller's process ends, so a
+	// test binary killed by its timeout leaves no server behind (a process whose caller may die
+	// and that must stop cleanly keeps a pid file instead). It reaches the process alone, not
+	// what that process starts. Not for StartDetached.
+	DieWithCaller bool
 
 	// PidFile, when set, is written at each start and removed once the process has exited (see
 	// WritePidFile). Its directory is created.
@@ -181,12 +188,30 @@ func (p *Process) Start(ctx context.Context) error {
 			return fmt.Errorf("start %s: pid %d of an earlier run still runs (pid file %s); stop it first", p.spec.Name, found.Pid, p.spec.PidFile)
 		}
 	}
-	r, err := launch(&p.spec, false)
-	if err != nil {
-		return err
+	type launched struct {
+		r   *run
+		err error
 	}
+	started := make(chan launched, 1)
+	go func() {
+		if p.spec.DieWithCaller {
+			// The kernel sends Pdeathsig when the thread that forked ends, not the process:
+			// fork on a thread kept for this goroutine alone until the child has been reaped
+			// (a goroutine that ends locked takes its thread with it, after the child).
+			runtime.LockOSThread()
+		}
+		r, err := launch(&p.spec, false)
+		started <- launched{r, err}
+		if err == nil {
+			p.reap(r)
+		}
+	}()
+	l := <-started
+	if l.err != nil {
+		return l.err
+	}
+	r := l.r
 	p.cur.Store(r)
-	go p.reap(r)
 	if err := waitReady(ctx, &p.spec, r.pid, r.exitErr); err != nil {
 		killGroup(r.pid)
 		<-r.done
@@ -396,6 +421,10 @@ func launch(spec *Spec, detached bool) (*run, error) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	} else {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
+	if spec.DieWithCaller && !detached {
+		// Sent when the thread that forks ends: Start forks on a thread of its own (see there).
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(logFile, "=== %s proc: start failed: %v\n", stamp(), err)

@@ -102,6 +102,9 @@ func TestStartReadyStop(t *testing.T) {
 		echo "hello from $(pwd) with GREETING=$GREETING"
 		trap 'echo "got TERM"; exit 0' TERM
 		sleep 1000 & echo $! > "$DIR/grandchild"
+		# Ready once the background job is sleep: a signal dash takes for its trap while the job
+		# is still a copy of the shell would be lost.
+		until [ "$(cat /proc/$!/comm)" = sleep ]; do :; done
 		touch "$READY"
 		wait`)
 	spec.Env = append(spec.Env, "GREETING=hi")
@@ -446,7 +449,8 @@ func TestDetachedCrashLeavesItsPidFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	// The whole group, as a crash of the server would take what it started.
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	waitVanished(t, pid)
@@ -681,4 +685,45 @@ func TestAwaitReady(t *testing.T) {
 	if err := <-checked; err == nil || !strings.Contains(err.Error(), "exited while being checked") {
 		t.Errorf("AwaitReady of a process that dies: %v", err)
 	}
+}
+
+// TestDieWithCaller: a child started with DieWithCaller is killed by the kernel when the process
+// that started it ends. The caller here is a copy of this test binary, which starts the child,
+// prints its pid and is then killed.
+func TestDieWithCaller(t *testing.T) {
+	if os.Getenv("PROC_TEST_CALLER") == "1" {
+		// exec: Pdeathsig reaches the child alone, not what it starts.
+		spec := script(t, "orphan", `touch "$READY"; exec sleep 1000`)
+		spec.DieWithCaller = true
+		p, err := New(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("child pid %d\n", p.Pid())
+		select {} // until killed
+	}
+	ctx := testCtx(t)
+	caller := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestDieWithCaller$")
+	caller.Env = append(os.Environ(), "PROC_TEST_CALLER=1")
+	out, err := caller.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := caller.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Fscanf(out, "child pid %d\n", &pid); err != nil {
+		_ = caller.Process.Kill()
+		t.Fatalf("read the child's pid: %v", err)
+	}
+	if !alive(pid) {
+		t.Fatalf("child %d not running while its caller runs", pid)
+	}
+	_ = caller.Process.Kill()
+	_ = caller.Wait()
+	waitVanished(t, pid)
 }

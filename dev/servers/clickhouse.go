@@ -55,6 +55,8 @@ type ClickHouse struct {
 	ReadyTimeout, StopGrace time.Duration
 	// OnCrash is called when the server exits on its own (see proc.Spec.OnCrash).
 	OnCrash func(error)
+	// DieWithCaller ends the server with the caller's process (see proc.Spec.DieWithCaller).
+	DieWithCaller bool
 }
 
 // Addr is the native protocol address, 127.0.0.1:<TCPPort>.
@@ -164,16 +166,17 @@ func xmlText(s string) string {
 // the engine's error log after the launcher's.
 func (c ClickHouse) Spec() proc.Spec {
 	return proc.Spec{
-		Name:         "clickhouse",
-		Path:         c.Launcher,
-		Args:         c.Args(),
-		Log:          c.Log,
-		ExtraLogs:    []string{c.EngineErrorLog},
-		PidFile:      c.PidFile,
-		Ready:        c.Healthy,
-		ReadyTimeout: c.ReadyTimeout,
-		StopGrace:    c.StopGrace,
-		OnCrash:      c.OnCrash,
+		Name:          "clickhouse",
+		Path:          c.Launcher,
+		Args:          c.Args(),
+		Log:           c.Log,
+		ExtraLogs:     []string{c.EngineErrorLog},
+		PidFile:       c.PidFile,
+		Ready:         c.Healthy,
+		ReadyTimeout:  c.ReadyTimeout,
+		StopGrace:     c.StopGrace,
+		OnCrash:       c.OnCrash,
+		DieWithCaller: c.DieWithCaller,
 	}
 }
 

@@ -34,6 +34,8 @@ type NATS struct {
 	ReadyTimeout, StopGrace time.Duration
 	// OnCrash is called when the server exits on its own (see proc.Spec.OnCrash).
 	OnCrash func(error)
+	// DieWithCaller ends the server with the caller's process (see proc.Spec.DieWithCaller).
+	DieWithCaller bool
 }
 
 // URL is the client URL, nats://127.0.0.1:<Port>.
@@ -101,15 +103,16 @@ func (n NATS) Prepare() error {
 // Spec is the process that runs the server, ready once Healthy succeeds.
 func (n NATS) Spec() proc.Spec {
 	return proc.Spec{
-		Name:         "nats-server",
-		Path:         n.Bin,
-		Args:         n.Args(),
-		Log:          n.Log,
-		PidFile:      n.PidFile,
-		Ready:        n.Healthy,
-		ReadyTimeout: n.ReadyTimeout,
-		StopGrace:    n.StopGrace,
-		OnCrash:      n.OnCrash,
+		Name:          "nats-server",
+		Path:          n.Bin,
+		Args:          n.Args(),
+		Log:           n.Log,
+		PidFile:       n.PidFile,
+		Ready:         n.Healthy,
+		ReadyTimeout:  n.ReadyTimeout,
+		StopGrace:     n.StopGrace,
+		OnCrash:       n.OnCrash,
+		DieWithCaller: n.DieWithCaller,
 	}
 }
 

@@ -90,6 +90,7 @@ func natsConfig(t *testing.T, in servers.Installed) servers.NATS {
 		Bin: in.NATSServer, Port: freePort(t), MonitorPort: freePort(t),
 		StoreDir: filepath.Join(dir, "jetstream"), ServerName: "servers-test",
 		ConfigFile: filepath.Join(dir, "nats.conf"), Log: filepath.Join(dir, "nats-server.log"),
+		DieWithCaller: true,
 	}
 }
 
@@ -189,7 +190,7 @@ func startClickHouse(t *testing.T, ctx context.Context, in servers.Installed) *s
 		Launcher: in.Chlaunch, Lib: in.Libchdb, TCPPort: freePort(t), HTTPPort: freePort(t),
 		DataDir: filepath.Join(dir, "data"), ConfigFile: filepath.Join(dir, "config.xml"),
 		EngineLog: filepath.Join(dir, "clickhouse-server.log"), EngineErrorLog: filepath.Join(dir, "clickhouse-server.err.log"),
-		Log: filepath.Join(dir, "clickhouse.log"),
+		Log: filepath.Join(dir, "clickhouse.log"), DieWithCaller: true,
 	})
 	if err != nil {
 		t.Fatal(err)

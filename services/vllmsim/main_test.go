@@ -42,6 +42,8 @@ func startBinary(t *testing.T, logFile string, args ...string) (*proc.Process, s
 		Args: append([]string{"--listen", "127.0.0.1:0", "--log-file", logFile}, args...),
 		Env:  []string{"VLLMSIM_TEST_MAIN=1"},
 		Log:  filepath.Join(t.TempDir(), "vllmsim.out"),
+		// A test binary killed by its timeout leaves no simulator behind.
+		DieWithCaller: true,
 		Ready: func(context.Context) error {
 			b, _ := os.ReadFile(logFile)
 			m := re.FindSubmatch(b)

@@ -97,7 +97,7 @@ func startProcess(t *testing.T, bin string, env map[string]string) *consumerProc
 	}
 	// The tests bound a graceful stop themselves; the grace only keeps a hung consumer from
 	// hanging the test.
-	p, err := proc.New(proc.Spec{Name: "consumer", Path: bin, Env: environ, Log: logPath, StopGrace: time.Minute})
+	p, err := proc.New(proc.Spec{Name: "consumer", Path: bin, Env: environ, Log: logPath, StopGrace: time.Minute, DieWithCaller: true})
 	if err != nil {
 		t.Fatal(err)
 	}

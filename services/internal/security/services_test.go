@@ -59,7 +59,7 @@ func startService(t *testing.T, name, bin, logDir string, env map[string]string,
 	for k, v := range env {
 		environ = append(environ, k+"="+v)
 	}
-	p, err := devproc.New(devproc.Spec{Name: name, Path: bin, Args: args, Env: environ, ClearEnv: true, Log: logPath})
+	p, err := devproc.New(devproc.Spec{Name: name, Path: bin, Args: args, Env: environ, ClearEnv: true, Log: logPath, DieWithCaller: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,8 @@ func StartNATS(t testing.TB) *NATSServer {
 		StoreDir:    filepath.Join(dir, "jetstream"),
 		ServerName:  "testenv-" + strconv.Itoa(port),
 		Log:         filepath.Join(dir, "nats-server.log"),
+		// A test binary killed by its timeout leaves no server behind.
+		DieWithCaller: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +117,7 @@ func startClickHouse(t testing.TB, usersFile string) *ClickHouseServer {
 		EngineErrorLog: filepath.Join(dir, "clickhouse-server.err.log"),
 		UsersFile:      usersFile,
 		Log:            filepath.Join(dir, "clickhouse.log"),
+		DieWithCaller:  true,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -366,7 +366,7 @@ func privateClickHouse(ctx context.Context, log *slog.Logger) (addr string, stop
 		Launcher: in.Chlaunch, Lib: in.Libchdb, TCPPort: ports[0], HTTPPort: ports[1],
 		DataDir: filepath.Join(dir, "data"), ConfigFile: filepath.Join(dir, "config.xml"),
 		EngineLog: filepath.Join(dir, "clickhouse-server.log"), EngineErrorLog: filepath.Join(dir, "clickhouse-server.err.log"),
-		LogLevel: "warning", Log: filepath.Join(dir, "clickhouse.log"),
+		LogLevel: "warning", Log: filepath.Join(dir, "clickhouse.log"), DieWithCaller: true,
 	})
 	if err == nil {
 		err = s.Start(ctx)
