@@ -27,10 +27,12 @@
 //   - Crash. An exit that neither Stop, Kill nor ExpectExit announced, after Start returned nil,
 //     is a crash: Crashed reports it and Spec.OnCrash is called once with an error naming the
 //     process, its exit status and its log's tail.
-//   - Pid files. Spec.PidFile records the pid, the executable and the command line, and is
+//   - Leftovers. Spec.PidFile records the pid, the executable and the command line, and is
 //     removed when the process is seen to exit. [Inspect] and [StopPidFile] act on a pid file
 //     left by an earlier run only when /proc shows the same executable running the same command
-//     line, so a stale file or a pid the kernel gave to another program is never signalled.
+//     line, so a stale file or a pid the kernel gave to another program is never signalled. A
+//     process that must not outlive its caller at all (a test's server) sets Spec.DieWithCaller
+//     instead: the kernel kills it when the caller's process ends, however it ends.
 //
 // The package keeps no state of its own: everything lives in the values the caller holds.
 // Linux only (process groups, /proc).
