@@ -90,11 +90,15 @@ func freePort(t *testing.T) string {
 // SERVESCOPE_REQUIRE_INTEGRATION=1 and skips it otherwise.
 func privateCache(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := servers.InstalledIn(servers.CacheDir(root))
+	repoCache, err := servers.RepoCacheDir(wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := servers.InstalledIn(repoCache)
 	if err := in.Check(); err != nil {
 		if os.Getenv("SERVESCOPE_REQUIRE_INTEGRATION") == "1" {
 			t.Fatal(err)

@@ -37,6 +37,20 @@ func CacheDir(root string) string {
 	return filepath.Join(root, ".cache")
 }
 
+// RepoCacheDir is the cache directory (see CacheDir) of the repository holding dir: the nearest
+// directory at or above dir with a go.mod is its root. Tests use it with their working directory,
+// which go test sets to their package's directory.
+func RepoCacheDir(dir string) (string, error) {
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return CacheDir(d), nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("find the repository root: no go.mod at or above %s", dir)
+		}
+	}
+}
+
 // Installed names the programs scripts/dev-services installs under a cache directory.
 type Installed struct {
 	NATSServer string // bin/nats-server

@@ -24,21 +24,15 @@ import (
 // when SERVESCOPE_REQUIRE_INTEGRATION=1 (as scripts/test sets) and skips it otherwise.
 func installed(t *testing.T) servers.Installed {
 	t.Helper()
-	dir, err := os.Getwd()
+	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		if parent := filepath.Dir(dir); parent != dir {
-			dir = parent
-			continue
-		}
-		t.Fatal("no go.mod above the working directory")
+	cache, err := servers.RepoCacheDir(wd)
+	if err != nil {
+		t.Fatal(err)
 	}
-	in := servers.InstalledIn(servers.CacheDir(dir))
+	in := servers.InstalledIn(cache)
 	if err := in.Check(); err != nil {
 		msg := err.Error() + " (run scripts/dev-services up)"
 		if os.Getenv("SERVESCOPE_REQUIRE_INTEGRATION") == "1" {
@@ -386,6 +380,14 @@ func TestInstalledCheck(t *testing.T) {
 	t.Setenv(servers.CacheDirEnv, "")
 	if got := servers.CacheDir("/repo"); got != "/repo/.cache" {
 		t.Errorf("CacheDir = %s", got)
+	}
+	wd, _ := os.Getwd()
+	root := filepath.Dir(filepath.Dir(wd)) // dev/servers
+	if got, err := servers.RepoCacheDir(wd); err != nil || got != filepath.Join(root, ".cache") {
+		t.Errorf("RepoCacheDir(%s) = %s, %v", wd, got, err)
+	}
+	if _, err := servers.RepoCacheDir("/"); err == nil {
+		t.Error("RepoCacheDir found a repository at /")
 	}
 }
 

@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -193,34 +192,19 @@ func supervise(t testing.TB, p *proc.Process) {
 // SERVESCOPE_REQUIRE_INTEGRATION=1, a skip otherwise.
 func installed(t testing.TB) servers.Installed {
 	t.Helper()
-	root, err := repoRoot()
+	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := servers.InstalledIn(servers.CacheDir(root))
+	cache, err := servers.RepoCacheDir(wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := servers.InstalledIn(cache)
 	if err := in.Check(); err != nil {
 		Unavailable(t, "%v", err)
 	}
 	return in
-}
-
-// repoRoot returns the directory holding the module's go.mod, found by walking up from the working
-// directory (go test runs each package in its own directory).
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("find repository root: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("find repository root: no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // freePort returns a loopback TCP port that was free a moment ago. The kernel does not hand the
