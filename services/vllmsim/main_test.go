@@ -3,9 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servescope/servescope/dev/proc"
 	"github.com/servescope/servescope/services/loadgen/load"
 	"github.com/servescope/servescope/services/vllmsim/vllmlog"
 	"github.com/servescope/servescope/services/vllmsim/vllmversion"
@@ -28,36 +29,46 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func startBinary(t *testing.T, logFile string, args ...string) (*exec.Cmd, string) {
+func startBinary(t *testing.T, logFile string, args ...string) (*proc.Process, string) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self, append([]string{"--listen", "127.0.0.1:0", "--log-file", logFile}, args...)...)
-	cmd.Env = append(os.Environ(), "VLLMSIM_TEST_MAIN=1")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	// The start-up line names the address it listens on.
+	re := regexp.MustCompile(`Starting vLLM API server 0 on (http://\S+)`)
+	var url string
+	p, err := proc.New(proc.Spec{
+		Name: "vllmsim",
+		Path: self,
+		Args: append([]string{"--listen", "127.0.0.1:0", "--log-file", logFile}, args...),
+		Env:  []string{"VLLMSIM_TEST_MAIN=1"},
+		Log:  filepath.Join(t.TempDir(), "vllmsim.out"),
+		// A test binary killed by its timeout leaves no simulator behind.
+		DieWithCaller: true,
+		Ready: func(context.Context) error {
+			b, _ := os.ReadFile(logFile)
+			m := re.FindSubmatch(b)
+			if m == nil {
+				return errors.New("no start-up line in the log yet")
+			}
+			url = string(m[1])
+			return nil
+		},
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+		_ = p.Kill(context.Background())
+		if t.Failed() {
+			t.Logf("vllmsim output: %s", p.LogTail())
 		}
 	})
-	// The start-up line names the address it listens on.
-	re := regexp.MustCompile(`Starting vLLM API server 0 on (http://\S+)`)
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		b, _ := os.ReadFile(logFile)
-		if m := re.FindSubmatch(b); m != nil {
-			return cmd, string(m[1])
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("vllmsim did not start")
-	return nil, ""
+	return p, url
 }
 
 // TestCrashUnderLoad drives the overload scenario into a simulator that dies when running exceeds
@@ -66,7 +77,8 @@ func startBinary(t *testing.T, logFile string, args ...string) (*exec.Cmd, strin
 // non-zero.
 func TestCrashUnderLoad(t *testing.T) {
 	logFile := filepath.Join(t.TempDir(), "vllm.log")
-	cmd, url := startBinary(t, logFile, "--time-scale", "10", "--crash-at-running", "192")
+	p, url := startBinary(t, logFile, "--time-scale", "10", "--crash-at-running", "192")
+	p.ExpectExit()
 	rep, err := load.Run(context.Background(), load.Config{Target: url, Scenario: "overload", TimeScale: 10, RequestTimeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -74,12 +86,10 @@ func TestCrashUnderLoad(t *testing.T) {
 	if rep.Failed == 0 {
 		t.Fatalf("no request failed although the engine died: %+v", rep.Errors)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	select {
-	case err := <-exited:
-		if cmd.ProcessState.ExitCode() == 0 {
-			t.Fatalf("vllmsim exited 0 after the crash (%v)", err)
+	case <-p.Done():
+		if p.ExitCode() == 0 {
+			t.Fatalf("vllmsim exited 0 after the crash (%v)", p.Err())
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("vllmsim still running after the crash")

@@ -56,7 +56,7 @@ func TestAllKindsLandExactlyOnce(t *testing.T) {
 		t.Errorf("rows_inserted_total = %v, want %d", v, n)
 	}
 	proc.signal(syscall.SIGTERM)
-	if code := proc.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := proc.ExitCode(); code != 0 {
 		t.Errorf("consumer exit status after SIGTERM = %d, want 0", code)
 	}
 	// In normal operation nothing is even stored twice: FINAL is only needed after a crash.

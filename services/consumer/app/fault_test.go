@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/servescope/servescope/dev/proc"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/consumer/sink"
 	"github.com/servescope/servescope/services/internal/bus"
@@ -81,50 +82,45 @@ func (p *consumerProcess) metricsAddr(t *testing.T) string {
 	return addr
 }
 
-// consumerProcess is the consumer binary running as a child process.
+// consumerProcess is the consumer binary running as a child process (dev/proc).
 type consumerProcess struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
+	*proc.Process
+	log string
 }
 
 func startProcess(t *testing.T, bin string, env map[string]string) *consumerProcess {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "consumer.log")
-	logFile, err := os.Create(logPath)
+	var environ []string
+	for k, v := range env {
+		environ = append(environ, k+"="+v)
+	}
+	// The tests bound a graceful stop themselves; the grace only keeps a hung consumer from
+	// hanging the test.
+	p, err := proc.New(proc.Spec{Name: "consumer", Path: bin, Env: environ, Log: logPath, StopGrace: time.Minute, DieWithCaller: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer logFile.Close()
-	cmd := exec.Command(bin)
-	cmd.Env = os.Environ()
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start consumer: %v", err)
-	}
-	p := &consumerProcess{cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
-		p.signal(syscall.SIGKILL)
+		_ = p.Kill(context.Background())
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			t.Logf("consumer log:\n%s", b)
 		}
 	})
-	return p
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatalf("start consumer: %v", err)
+	}
+	return &consumerProcess{Process: p, log: logPath}
 }
 
+// signal ends the consumer: SIGKILL as a crash would, else SIGTERM and a graceful stop.
 func (p *consumerProcess) signal(sig syscall.Signal) {
-	select {
-	case <-p.done:
+	if sig == syscall.SIGKILL {
+		_ = p.Kill(context.Background())
 		return
-	default:
 	}
-	_ = p.cmd.Process.Signal(sig)
-	<-p.done
+	_ = p.Stop(context.Background())
 }
 
 // kill -9 of the consumer in the middle of 100,000 events, then a restart: no loss, no duplicate.
@@ -177,12 +173,10 @@ func TestKill9ThenRestart(t *testing.T) {
 	}
 	raw := total()
 	t.Logf("stored %d rows for %d events before merging: %d copies from the kill, collapsed by FINAL", raw, n, raw-n)
-	select {
-	case <-second.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("consumer did not exit within 30 s of SIGTERM")
+	if second.Running() {
+		t.Fatal("consumer still running after SIGTERM")
 	}
-	if code := second.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := second.ExitCode(); code != 0 {
 		t.Errorf("consumer exit status after SIGTERM = %d, want 0", code)
 	}
 }

@@ -26,7 +26,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -34,6 +33,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/servescope/servescope/dev/proc"
+	"github.com/servescope/servescope/dev/servers"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/services/internal/bus"
@@ -85,8 +86,8 @@ type run struct {
 	ports   demo.Ports
 	natsP   [2]int
 	chP     [2]int
-	nats    *Server
-	ch      *Server
+	nats    *servers.NATSServer
+	ch      *servers.ClickHouseServer
 	stack   demo.Stack
 	procs   *demo.Procs
 	svc     map[string]demo.Service
@@ -99,9 +100,13 @@ type run struct {
 	token   string
 	burstSt burstState
 
+	// serverCrash receives the private servers that exit on their own (see supervise).
+	serverCrash chan serverCrash
+
 	mu       sync.Mutex
 	timeline []string
 	windows  map[string][2]time.Time // outage windows by name
+	held     map[string]bool         // private servers taken down on purpose, by name: not restarted by supervise
 	crashes  []string                // private servers that crashed on their own
 	ingested []string                // request ids of app records the ingest endpoint accepted during the outage
 	// collector is the collector's own count of scrapes (one engine.sample each) at traffic off.
@@ -152,7 +157,8 @@ func Run(ctx context.Context, opt Options) (*Ledger, error) {
 	r := &run{opt: opt, out: opt.Out, log: opt.Log, started: time.Now(), recv: demo.NewReceiver(),
 		dirs:  demo.Dirs{Base: base, Bin: opt.BinDir, Logs: filepath.Join(base, "logs"), Pids: filepath.Join(base, "pids"), State: filepath.Join(base, "state")},
 		ports: demo.PortsFrom(opt.PortBase), natsP: [2]int{opt.PortBase + 9, opt.PortBase + 10}, chP: [2]int{opt.PortBase + 11, opt.PortBase + 12},
-		svc: map[string]demo.Service{}, proc: map[string]*demo.Proc{}, windows: map[string][2]time.Time{}}
+		svc: map[string]demo.Service{}, proc: map[string]*demo.Proc{}, windows: map[string][2]time.Time{},
+		held: map[string]bool{}, serverCrash: make(chan serverCrash, 4)}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer r.teardown()
@@ -160,18 +166,11 @@ func Run(ctx context.Context, opt Options) (*Ledger, error) {
 		return nil, err
 	}
 	go func() {
-		for {
-			select {
-			case p := <-r.procs.Exited:
-				if !r.current(p) {
-					// A start that failed; startService reports and retries it.
-					continue
-				}
-				msg := fmt.Sprintf("%s exited unexpectedly (%v); its log %s ends:\n%s", p.Name, p.Err(), p.Log, tail(p.Log, 15))
-				cancel(errors.New(msg))
-			case <-ctx.Done():
-				return
-			}
+		// A service that dies on its own ends the run (a start that fails is startService's).
+		select {
+		case err := <-r.procs.Exited:
+			cancel(err)
+		case <-ctx.Done():
 		}
 	}()
 	go r.supervise(ctx)
@@ -191,12 +190,12 @@ func (r *run) prepare(ctx context.Context) error {
 			return fmt.Errorf("create %s: %w", d, err)
 		}
 	}
-	if names, err := demo.StopStale(ctx, r.dirs.Pids, r.dirs.Bin, 10*time.Second); err != nil {
+	// The services and the private servers of a killed run all left pid files there.
+	if names, err := demo.StopStale(ctx, r.dirs.Pids, 10*time.Second); err != nil {
 		return err
 	} else if len(names) > 0 {
 		r.step("stopped a chaos stack left running: %s", strings.Join(names, ", "))
 	}
-	r.stopStaleServers()
 	for _, d := range []string{r.dirs.State, r.dirs.Logs, filepath.Join(r.dirs.Base, "nats"), filepath.Join(r.dirs.Base, "clickhouse")} {
 		if err := os.RemoveAll(d); err != nil {
 			return fmt.Errorf("clear %s: %w", d, err)
@@ -217,20 +216,12 @@ func (r *run) prepare(ctx context.Context) error {
 	}
 	r.step("ports free: %d–%d (loopback only)", r.opt.PortBase, r.opt.PortBase+12)
 
-	cache := filepath.Join(r.opt.Root, ".cache")
+	if err := r.newServers(); err != nil {
+		return err
+	}
 	var err error
-	if r.nats, err = NATSServer(filepath.Join(cache, "bin", "nats-server"), filepath.Join(r.dirs.Base, "nats"), r.natsP[0], r.natsP[1], 4<<20); err != nil {
-		return err
-	}
-	lib := filepath.Join(cache, "chdb", "node_modules", "@chdb", "lib-linux-x64-gnu", "libchdb.so")
-	if r.ch, err = ClickHouseServer(filepath.Join(cache, "bin", "chlaunch"), lib, filepath.Join(r.dirs.Base, "clickhouse"), r.chP[0], r.chP[1]); err != nil {
-		return err
-	}
-	for _, s := range []*Server{r.nats, r.ch} {
-		if _, err := os.Stat(s.Path); err != nil {
-			return fmt.Errorf("%s: %w (run scripts/dev-services up once to install it)", s.Path, err)
-		}
-		if err := r.startServer(ctx, s); err != nil {
+	for _, s := range []*proc.Process{r.nats.Process, r.ch.Process} {
+		if err := s.Start(ctx); err != nil {
 			return err
 		}
 	}
@@ -261,16 +252,9 @@ func (r *run) prepare(ctx context.Context) error {
 	if _, err := demo.WriteScaledRules(filepath.Join(r.dirs.State, "rules"), r.opt.RuleScale); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(r.ports.Webhook))
-	if err != nil {
-		return fmt.Errorf("listen for the detector's webhooks: %w", err)
+	if err := r.recv.Listen(ctx, "127.0.0.1:"+strconv.Itoa(r.ports.Webhook)); err != nil {
+		return err
 	}
-	srv := &http.Server{Handler: r.recv, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
 
 	tok := make([]byte, 16)
 	_, _ = rand.Read(tok)
@@ -285,7 +269,9 @@ func (r *run) prepare(ctx context.Context) error {
 	consumer.Env["CONSUMER_DURABLE"] = "servescope-chaos-writer"
 	gateway.Env["SERVESCOPE_INGEST_TOKEN"] = r.token
 	detector.Env["DETECTOR_REPEAT_INTERVAL"] = repeatInt.String()
-	r.procs = &demo.Procs{BinDir: r.dirs.Bin, LogDir: r.dirs.Logs, PidDir: r.dirs.Pids, Exited: make(chan *demo.Proc, 8)}
+	// A graceful stop of the gateway replays its spool, of the detector settles its alerts.
+	gateway.StopGrace, detector.StopGrace = 40*time.Second, 40*time.Second
+	r.procs = &demo.Procs{BinDir: r.dirs.Bin, LogDir: r.dirs.Logs, PidDir: r.dirs.Pids, Exited: make(chan error, 8)}
 	for _, s := range []demo.Service{consumer, r.stack.Engine(), collector, gateway, ragdemo, detector} {
 		r.svc[s.Name] = s
 		if err := r.startService(ctx, s.Name); err != nil {
@@ -331,11 +317,9 @@ func (r *run) ingestBatch(ctx context.Context, n int) ([]string, error) {
 // killConsumer kills the consumer with SIGKILL and starts a new one 3 s later, waiting for
 // health (its /readyz unless another path is given: /readyz stays 503 while ClickHouse is away).
 func (r *run) killConsumer(ctx context.Context, health string) error {
-	p := r.proc["consumer"]
-	p.Expect()
-	_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
-	<-p.Done()
-	r.procs.Stop(p, 0)
+	if err := r.procs.Kill(ctx, r.getProc("consumer")); err != nil {
+		return err
+	}
 	if err := sleep(ctx, 3*time.Second); err != nil {
 		return err
 	}
@@ -343,7 +327,7 @@ func (r *run) killConsumer(ctx context.Context, health string) error {
 	if health != "" {
 		svc.Health = "http://127.0.0.1:" + strconv.Itoa(r.ports.Consumer) + health
 	}
-	np, err := demo.StartService(ctx, r.procs, svc, 60*time.Second)
+	np, err := r.procs.Start(ctx, svc, 60*time.Second)
 	if err != nil {
 		return err
 	}
@@ -351,25 +335,37 @@ func (r *run) killConsumer(ctx context.Context, health string) error {
 	return nil
 }
 
+// serverCrash is a private server that exited on its own, with proc's description of the exit.
+type serverCrash struct {
+	name string
+	p    *proc.Process
+	err  error
+}
+
 // supervise restarts a private server that crashed on its own, as a process supervisor would in
-// a deployment, and notes it in the timeline and the ledger. (The ClickHouse engine of libchdb
-// aborts when a client connection is reset mid-query: see the package's report.)
+// a deployment, and notes it in the timeline and the ledger. A server taken down on purpose (an
+// outage) is left down even when it crashed just before. (The ClickHouse engine of libchdb aborts
+// when a client connection is reset mid-query: see the package's report.)
 func (r *run) supervise(ctx context.Context) {
 	for {
-		if sleep(ctx, 200*time.Millisecond) != nil {
+		var c serverCrash
+		select {
+		case <-ctx.Done():
 			return
+		case c = <-r.serverCrash:
 		}
-		for _, s := range []*Server{r.ch, r.nats} {
-			if !s.Crashed() {
-				continue
-			}
-			r.mu.Lock()
-			r.crashes = append(r.crashes, fmt.Sprintf("%s server crashed at +%.1fs; its log %s ends:\n%s", s.Name, time.Since(r.started).Seconds(), s.Log, tail(s.Log, 3)))
-			r.mu.Unlock()
-			r.mark("environment: the %s server crashed on its own; restarting it", s.Name)
-			if err := r.startServer(ctx, s); err != nil {
-				r.mark("environment: restart of %s failed: %v", s.Name, err)
-			}
+		r.mu.Lock()
+		held := r.held[c.name]
+		if !held {
+			r.crashes = append(r.crashes, fmt.Sprintf("%s server crashed at +%.1fs: %v", c.name, time.Since(r.started).Seconds(), c.err))
+		}
+		r.mu.Unlock()
+		if held {
+			continue
+		}
+		r.mark("environment: the %s server crashed on its own; restarting it", c.name)
+		if err := c.p.Start(ctx); err != nil {
+			r.mark("environment: restart of %s failed: %v", c.name, err)
 		}
 	}
 }
@@ -381,7 +377,7 @@ func (r *run) startService(ctx context.Context, name string) error {
 	var err error
 	for attempt := 1; attempt <= 5; attempt++ {
 		var p *demo.Proc
-		if p, err = demo.StartService(ctx, r.procs, r.svc[name], 60*time.Second); err == nil {
+		if p, err = r.procs.Start(ctx, r.svc[name], 60*time.Second); err == nil {
 			r.setProc(name, p)
 			return nil
 		}
@@ -405,12 +401,10 @@ func (r *run) setProc(name string, p *demo.Proc) {
 	r.proc[name] = p
 }
 
-// current reports whether p is the running process of its service (not an earlier one, nor a
-// start that failed).
-func (r *run) current(p *demo.Proc) bool {
+func (r *run) getProc(name string) *demo.Proc {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.proc[p.Name] == p
+	return r.proc[name]
 }
 
 func firstLine(s string) string {
@@ -420,45 +414,62 @@ func firstLine(s string) string {
 	return s
 }
 
-// serverPidFile records a private server's pid so the next run can stop one left behind.
-func (r *run) serverPidFile(s *Server) string { return filepath.Join(r.dirs.Pids, s.Name+".server") }
-
-func (r *run) startServer(ctx context.Context, s *Server) error {
-	if err := s.Start(ctx); err != nil {
+// newServers describes the run's private NATS and ClickHouse servers: the programs
+// scripts/dev-services installed, fixed ports, data under the run's directory, pid files beside
+// the services' (so StopStale stops them after a killed run), crashes reported to supervise.
+func (r *run) newServers() error {
+	in := servers.InstalledIn(servers.CacheDir(r.opt.Root))
+	if err := in.Check(); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	pid := s.cmd.Process.Pid
-	s.mu.Unlock()
-	return os.WriteFile(r.serverPidFile(s), []byte(strconv.Itoa(pid)+"\n"), 0o644)
+	onCrash := func(name string, p func() *proc.Process) func(error) {
+		return func(err error) {
+			select {
+			case r.serverCrash <- serverCrash{name: name, p: p(), err: err}:
+			default:
+			}
+		}
+	}
+	natsDir, chDir := filepath.Join(r.dirs.Base, "nats"), filepath.Join(r.dirs.Base, "clickhouse")
+	var err error
+	// The server allows payloads up to 4 MiB, so oversize events reach the consumer (which
+	// refuses them) instead of being refused by the broker at the publisher.
+	if r.nats, err = servers.NewNATS(servers.NATS{
+		Bin: in.NATSServer, Port: r.natsP[0], MonitorPort: r.natsP[1],
+		StoreDir: filepath.Join(natsDir, "jetstream"), ServerName: "chaos-" + strconv.Itoa(r.natsP[0]),
+		MaxPayloadBytes: 4 << 20, ConfigFile: filepath.Join(natsDir, "nats.conf"),
+		Log: filepath.Join(natsDir, "nats-server.log"), PidFile: filepath.Join(r.dirs.Pids, "nats-server.pid"),
+		OnCrash: onCrash("NATS", func() *proc.Process { return r.nats.Process }),
+	}); err != nil {
+		return err
+	}
+	if r.ch, err = servers.NewClickHouse(servers.ClickHouse{
+		Launcher: in.Chlaunch, Lib: in.Libchdb, TCPPort: r.chP[0], HTTPPort: r.chP[1],
+		DataDir: filepath.Join(chDir, "data"), ConfigFile: filepath.Join(chDir, "config.xml"),
+		EngineLog: filepath.Join(chDir, "clickhouse-server.log"), EngineErrorLog: filepath.Join(chDir, "clickhouse-server.err.log"),
+		LogLevel: "warning",
+		Log:      filepath.Join(chDir, "clickhouse.log"), PidFile: filepath.Join(r.dirs.Pids, "clickhouse.pid"),
+		OnCrash: onCrash("ClickHouse", func() *proc.Process { return r.ch.Process }),
+	}); err != nil {
+		return err
+	}
+	return nil
 }
 
-// stopStaleServers kills private servers a killed run left behind: only a pid whose command
-// line names this run's directory (a reused pid belongs to someone else).
-func (r *run) stopStaleServers() {
-	entries, _ := filepath.Glob(filepath.Join(r.dirs.Pids, "*.server"))
-	for _, f := range entries {
-		raw, err := os.ReadFile(f)
-		_ = os.Remove(f)
-		if err != nil {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-		if err != nil || pid <= 1 {
-			continue
-		}
-		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil || !strings.Contains(string(cmdline), r.dirs.Base) {
-			continue
-		}
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		r.step("killed a private server left running (pid %d)", pid)
-	}
+// hold marks a private server as taken down on purpose (true) or back (false).
+func (r *run) hold(name string, down bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.held[name] = down
 }
 
 func (r *run) teardown() {
+	// The run's context may have ended: the stops need one of their own.
+	ctx := context.Background()
 	if r.procs != nil {
-		r.procs.StopAll(15 * time.Second)
+		if err := r.procs.StopAll(ctx); err != nil {
+			r.step("teardown: %v", err)
+		}
 	}
 	if r.nc != nil {
 		r.nc.Close()
@@ -466,10 +477,16 @@ func (r *run) teardown() {
 	if r.conn != nil {
 		r.conn.Close()
 	}
-	for _, s := range []*Server{r.nats, r.ch} {
-		if s != nil {
-			s.Stop()
-			_ = os.Remove(r.serverPidFile(s))
+	r.hold("NATS", true)
+	r.hold("ClickHouse", true)
+	if r.nats != nil {
+		if err := r.nats.Stop(ctx); err != nil {
+			r.step("teardown: %v", err)
+		}
+	}
+	if r.ch != nil {
+		if err := r.ch.Stop(ctx); err != nil {
+			r.step("teardown: %v", err)
 		}
 	}
 }
@@ -518,7 +535,7 @@ func (r *run) faults(ctx context.Context) error {
 	}
 
 	// 2. ClickHouse away.
-	if err := r.outage(ctx, "ClickHouse", r.ch); err != nil {
+	if err := r.outage(ctx, "ClickHouse", r.ch.Process); err != nil {
 		return err
 	}
 	if err := r.steady(ctx, "after the ClickHouse outage"); err != nil {
@@ -526,7 +543,7 @@ func (r *run) faults(ctx context.Context) error {
 	}
 
 	// 3. NATS away.
-	if err := r.outage(ctx, "NATS", r.nats); err != nil {
+	if err := r.outage(ctx, "NATS", r.nats.Process); err != nil {
 		return err
 	}
 	if err := r.steady(ctx, "after the NATS outage"); err != nil {
@@ -562,17 +579,20 @@ func (r *run) faults(ctx context.Context) error {
 	return nil
 }
 
-func (r *run) outage(ctx context.Context, name string, s *Server) error {
+func (r *run) outage(ctx context.Context, name string, s *proc.Process) error {
 	from := time.Now()
 	how := "SIGTERM"
+	r.hold(name, true)
 	if r.opt.Hard {
-		s.Kill()
 		how = "SIGKILL"
-	} else {
-		s.Stop()
+		if err := s.Kill(ctx); err != nil {
+			return err
+		}
+	} else if err := r.stopped(name, s.Stop(ctx)); err != nil {
+		return err
 	}
 	r.mark("fault: %s server stopped for %s (%s)", name, r.opt.Outage, how)
-	if s == r.ch {
+	if s == r.ch.Process {
 		// The consumer now holds batches it cannot insert; kill it mid-outage and start a new
 		// one while ClickHouse is still away: the held messages must come back to it.
 		if err := sleep(ctx, r.opt.Outage/2); err != nil {
@@ -599,10 +619,11 @@ func (r *run) outage(ctx context.Context, name string, s *Server) error {
 			return err
 		}
 	}
-	if err := r.startServer(ctx, s); err != nil {
+	if err := s.Start(ctx); err != nil {
 		return err
 	}
-	r.windows[name] = [2]time.Time{from, time.Now()}
+	r.hold(name, false)
+	r.setWindow(name, from)
 	r.mark("fault: %s server back after %.1fs", name, time.Since(from).Seconds())
 	return nil
 }
@@ -644,7 +665,9 @@ func (r *run) detectorRestart(ctx context.Context) error {
 		return err
 	}
 	r.mark("fault 4: kv_cache_pressure fired (+%.1fs); restarting the detector while it fires", firedAt.Sub(since).Seconds())
-	r.restart("detector")
+	if err := r.restart(ctx, "detector"); err != nil {
+		return err
+	}
 	if err := r.startService(ctx, "detector"); err != nil {
 		return err
 	}
@@ -665,22 +688,42 @@ func (r *run) detectorRestart(ctx context.Context) error {
 
 // restart stops a service for its restart: SIGTERM and a graceful stop, or SIGKILL when
 // Options.Hard is set.
-func (r *run) restart(name string) {
-	p := r.proc[name]
-	if r.opt.Hard {
-		// A crash within a few tens of milliseconds of a response loses that request's
-		// request.finished event, which is still in the gateway's memory (recorder and publisher
-		// linger, queue) and not yet in the spool: a known window, reported, not what this
-		// fault tests. Let the last events reach the spool first.
-		if name == "gateway" {
-			time.Sleep(time.Second)
-		}
-		p.Expect()
-		_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
-		<-p.Done()
-		r.mark("%s killed with SIGKILL", name)
+func (r *run) restart(ctx context.Context, name string) error {
+	p := r.getProc(name)
+	if !r.opt.Hard {
+		return r.stopped(name, r.procs.Stop(ctx, p))
 	}
-	r.procs.Stop(p, 40*time.Second)
+	// A crash within a few tens of milliseconds of a response loses that request's
+	// request.finished event, which is still in the gateway's memory (recorder and publisher
+	// linger, queue) and not yet in the spool: a known window, reported, not what this
+	// fault tests. Let the last events reach the spool first.
+	if name == "gateway" {
+		if err := sleep(ctx, time.Second); err != nil {
+			return err
+		}
+	}
+	if err := r.procs.Kill(ctx, p); err != nil {
+		return err
+	}
+	r.mark("%s killed with SIGKILL", name)
+	return nil
+}
+
+// stopped passes on the error of a graceful stop of name, except that a process which had to be
+// killed after its grace is noted in the timeline and the run goes on: it is gone all the same.
+func (r *run) stopped(name string, err error) error {
+	if errors.Is(err, proc.ErrKilledAfterGrace) {
+		r.mark("environment: %s ignored SIGTERM and was killed: %v", name, err)
+		return nil
+	}
+	return err
+}
+
+// setWindow records the outage called name, from from to now, for the ledger.
+func (r *run) setWindow(name string, from time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.windows[name] = [2]time.Time{from, time.Now()}
 }
 
 func (r *run) waitAlert(ctx context.Context, status string, since time.Time, timeout time.Duration) (time.Time, error) {
@@ -692,8 +735,9 @@ func (r *run) waitAlert(ctx context.Context, status string, since time.Time, tim
 			}
 		}
 		if time.Now().After(deadline) {
+			log := r.getProc("detector").Log
 			return time.Time{}, fmt.Errorf("kv_cache_pressure on %s not %s within %s; detector log %s ends:\n%s", kvEngine, status, timeout,
-				r.proc["detector"].Log, tail(r.proc["detector"].Log, 15))
+				log, proc.Tail(log, 15))
 		}
 		if err := sleep(ctx, 250*time.Millisecond); err != nil {
 			return time.Time{}, err
@@ -710,11 +754,23 @@ type gatewayState struct {
 
 func (r *run) gatewayState(ctx context.Context) (gatewayState, error) {
 	var st gatewayState
-	body, err := httpGet(ctx, "http://127.0.0.1:"+strconv.Itoa(r.ports.Gateway)+"/readyz")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(r.ports.Gateway)+"/readyz", nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return st, fmt.Errorf("gateway /readyz: %w", err)
 	}
-	if err := json.Unmarshal([]byte(body), &st); err != nil {
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return st, fmt.Errorf("gateway /readyz: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("gateway /readyz: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	if err := json.Unmarshal(body, &st); err != nil {
 		return st, fmt.Errorf("decode gateway /readyz %q: %w", body, err)
 	}
 	return st, nil
@@ -722,12 +778,17 @@ func (r *run) gatewayState(ctx context.Context) (gatewayState, error) {
 
 func (r *run) gatewaySpool(ctx context.Context) error {
 	from := time.Now()
-	r.nats.Stop()
+	r.hold("NATS", true)
+	if err := r.stopped("NATS", r.nats.Stop(ctx)); err != nil {
+		return err
+	}
 	r.mark("fault 5: NATS stopped; traffic goes on so the gateway spools")
 	if err := sleep(ctx, max(r.opt.Outage/3, r.opt.Steady)); err != nil {
 		return err
 	}
-	r.traffic.Pause()
+	if err := r.traffic.Pause(ctx); err != nil {
+		return err
+	}
 	st, err := r.gatewayState(ctx)
 	if err != nil {
 		return err
@@ -736,7 +797,9 @@ func (r *run) gatewaySpool(ctx context.Context) error {
 	if st.SpoolEvents == 0 {
 		return fmt.Errorf("the gateway's spool is empty with NATS down: the spool replay would not be tested")
 	}
-	r.restart("gateway")
+	if err := r.restart(ctx, "gateway"); err != nil {
+		return err
+	}
 	if err := r.startService(ctx, "gateway"); err != nil {
 		return err
 	}
@@ -749,10 +812,11 @@ func (r *run) gatewaySpool(ctx context.Context) error {
 	if err := sleep(ctx, 5*time.Second); err != nil {
 		return err
 	}
-	if err := r.startServer(ctx, r.nats); err != nil {
+	if err := r.nats.Start(ctx); err != nil {
 		return err
 	}
-	r.windows["NATS (gateway restart)"] = [2]time.Time{from, time.Now()}
+	r.hold("NATS", false)
+	r.setWindow("NATS (gateway restart)", from)
 	r.mark("fault 5: NATS back after %.1fs; waiting for the gateway's spool to replay", time.Since(from).Seconds())
 	deadline := time.Now().Add(60 * time.Second)
 	for {

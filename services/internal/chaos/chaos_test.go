@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servescope/servescope/dev/servers"
 	"github.com/servescope/servescope/services/internal/testenv"
 )
 
@@ -22,14 +23,8 @@ func TestShortChaosRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{
-		filepath.Join(root, ".cache", "bin", "nats-server"),
-		filepath.Join(root, ".cache", "bin", "chlaunch"),
-		filepath.Join(root, ".cache", "chdb", "node_modules", "@chdb", "lib-linux-x64-gnu", "libchdb.so"),
-	} {
-		if _, err := os.Stat(f); err != nil {
-			testenv.Unavailable(t, "%s is missing", f)
-		}
+	if err := servers.InstalledIn(servers.CacheDir(root)).Check(); err != nil {
+		testenv.Unavailable(t, "%v", err)
 	}
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", bin+string(os.PathSeparator), "./services/servescope", "./services/consumer",

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -501,13 +503,12 @@ func (r *run) samplesLedger(ctx context.Context, l *Ledger) (lost, dup int) {
 		}
 		l.line("            lost: %d, duplicated: %d", lost, dup)
 	}
-	names := make([]string, 0, len(r.windows))
-	for k := range r.windows {
-		names = append(names, k)
-	}
-	sort.Strings(names)
+	r.mu.Lock()
+	windows := maps.Clone(r.windows)
+	r.mu.Unlock()
+	names := slices.Sorted(maps.Keys(windows))
 	for _, name := range names {
-		w := r.windows[name]
+		w := windows[name]
 		var n uint64
 		if err := r.conn.QueryRow(ctx, "SELECT count() FROM engine_samples FINAL WHERE engine = {e:String} AND ts BETWEEN {a:DateTime64(6)} AND {b:DateTime64(6)}",
 			chNamed("e", demo.EngineName), chNamed("a", w[0].UTC().Format("2006-01-02 15:04:05.000000")), chNamed("b", w[1].UTC().Format("2006-01-02 15:04:05.000000"))).Scan(&n); err != nil {

@@ -165,12 +165,19 @@ type Traffic struct {
 	asks     atomic.Int64
 }
 
-// Pause stops new requests and waits until every request in flight has ended.
-func (t *Traffic) Pause() {
+// Pause stops new requests and waits until every request in flight has ended, or ctx ends.
+func (t *Traffic) Pause(ctx context.Context) error {
 	t.paused.Store(true)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for t.inFlight.Load() > 0 {
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
 	}
+	return nil
 }
 
 // Resume lets requests flow again.
@@ -190,7 +197,9 @@ func (t *Traffic) Run(ctx context.Context) {
 		t.askLoop(ctx)
 	}()
 	wg.Wait()
-	// Asks run on their own goroutines; the book is complete once the last one has ended.
+	// Asks run on their own goroutines; the book is complete once the last one has ended. This
+	// outlives ctx on purpose: each ask ends within its client's timeout, and an abandoned one
+	// would be missing from the ledger.
 	for t.inFlight.Load() > 0 {
 		time.Sleep(50 * time.Millisecond)
 	}

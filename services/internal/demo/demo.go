@@ -6,7 +6,6 @@
 package demo
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -15,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/servescope/servescope/dev/proc"
 	"github.com/servescope/servescope/services/internal/bus"
 	"github.com/servescope/servescope/services/internal/chstore"
 	"github.com/servescope/servescope/services/internal/config"
@@ -68,7 +67,7 @@ func DirsOf(root string) Dirs {
 // Down stops a stack left running by an earlier driver (pid files) and reports what it stopped.
 func Down(ctx context.Context, root string, out io.Writer) error {
 	d := DirsOf(root)
-	names, err := StopStale(ctx, d.Pids, d.Bin, 10*time.Second)
+	names, err := StopStale(ctx, d.Pids, 10*time.Second)
 	if err != nil {
 		return err
 	}
@@ -109,15 +108,15 @@ func Run(ctx context.Context, opt Options) error {
 		opt.RuleScale = 10
 	}
 	r := &run{opt: opt, dirs: DirsOf(opt.Root), out: opt.Out, log: opt.Log, started: time.Now(), recv: NewReceiver()}
-	r.procs = &Procs{BinDir: r.dirs.Bin, LogDir: r.dirs.Logs, PidDir: r.dirs.Pids, Exited: make(chan *Proc, 8)}
+	r.procs = &Procs{BinDir: r.dirs.Bin, LogDir: r.dirs.Logs, PidDir: r.dirs.Pids, Exited: make(chan error, 8)}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer r.teardown()
 	go func() {
 		// A service that dies on its own (anything but the engine in the crash incident) ends the demo.
 		select {
-		case p := <-r.procs.Exited:
-			cancel(fmt.Errorf("%s exited unexpectedly (%v); its log %s ends:\n%s", p.Name, p.Err(), p.Log, tail(p.Log, 15)))
+		case err := <-r.procs.Exited:
+			cancel(err)
 		case <-ctx.Done():
 		}
 	}()
@@ -150,10 +149,10 @@ func (r *run) prepare(ctx context.Context) error {
 			return fmt.Errorf("create %s: %w", d, err)
 		}
 	}
-	if pid, ok := RunningDriver(r.dirs.Pids, r.dirs.Bin); ok {
+	if pid, ok := RunningDriver(r.dirs.Pids); ok {
 		return fmt.Errorf("a demo is already running (driver pid %d); stop it with `scripts/demo down` first", pid)
 	}
-	if names, err := StopStale(ctx, r.dirs.Pids, r.dirs.Bin, 10*time.Second); err != nil {
+	if names, err := StopStale(ctx, r.dirs.Pids, 10*time.Second); err != nil {
 		return err
 	} else if len(names) > 0 {
 		r.step("stopped a demo stack left running: %s", strings.Join(names, ", "))
@@ -167,9 +166,8 @@ func (r *run) prepare(ctx context.Context) error {
 			return fmt.Errorf("create %s: %w", d, err)
 		}
 	}
-	driverPid := filepath.Join(r.dirs.Pids, DriverPidFile)
-	if err := os.WriteFile(driverPid, []byte(fmt.Sprintln(os.Getpid())), 0o644); err != nil {
-		return fmt.Errorf("write the driver's pid file: %w", err)
+	if err := WriteDriverPidFile(r.dirs.Pids); err != nil {
+		return err
 	}
 	ports := PortsFrom(r.opt.PortBase)
 	if err := ports.CheckFree(); err != nil {
@@ -204,16 +202,9 @@ func (r *run) prepare(ctx context.Context) error {
 	}
 	r.step("detector rules: the %d built-in rules with windows and hold times ÷%g (demo time is compressed)", len(names), r.opt.RuleScale)
 
-	ln, err := net.Listen("tcp", addr(ports.Webhook))
-	if err != nil {
-		return fmt.Errorf("listen for the detector's webhooks: %w", err)
+	if err := r.recv.Listen(ctx, addr(ports.Webhook)); err != nil {
+		return err
 	}
-	srv := &http.Server{Handler: r.recv, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
 	return r.startStack(ctx)
 }
 
@@ -294,7 +285,7 @@ func (r *run) startStack(ctx context.Context) error {
 	consumer, collector, gateway, ragdemo, detector := r.stack.Services()
 	var err error
 	for _, svc := range []Service{consumer, r.stack.Engine(), collector, gateway, ragdemo} {
-		p, err := StartService(ctx, r.procs, svc, 30*time.Second)
+		p, err := r.procs.Start(ctx, svc, 30*time.Second)
 		if err != nil {
 			return err
 		}
@@ -318,7 +309,7 @@ func (r *run) startStack(ctx context.Context) error {
 		return err
 	}
 	r.step("baseline written to ClickHouse by the consumer")
-	if _, err := StartService(ctx, r.procs, detector, 30*time.Second); err != nil {
+	if _, err := r.procs.Start(ctx, detector, 30*time.Second); err != nil {
 		return err
 	}
 	r.step("detector up: every 2 s, 3 s behind the clock, alerts to the demo's webhook receiver %s", url(r.stack.Ports.Webhook, "/alerts"))
@@ -348,9 +339,12 @@ func (r *run) indexVersion(ctx context.Context) (indexInfo, error) {
 // restartEngine replaces the engine process with one started with extra flags.
 func (r *run) restartEngine(ctx context.Context, extra ...string) error {
 	if r.engine != nil {
-		r.procs.Stop(r.engine, 10*time.Second)
+		// An engine that needed SIGKILL is gone all the same.
+		if err := r.procs.Stop(ctx, r.engine); err != nil && !errors.Is(err, proc.ErrKilledAfterGrace) {
+			return err
+		}
 	}
-	p, err := StartService(ctx, r.procs, r.stack.Engine(extra...), 30*time.Second)
+	p, err := r.procs.Start(ctx, r.stack.Engine(extra...), 30*time.Second)
 	if err != nil {
 		return err
 	}
@@ -360,7 +354,10 @@ func (r *run) restartEngine(ctx context.Context, extra ...string) error {
 
 func (r *run) teardown() {
 	if r.procs != nil {
-		r.procs.StopAll(15 * time.Second)
+		// The run's context may have ended: the stop needs one of its own.
+		if err := r.procs.StopAll(context.Background()); err != nil {
+			fmt.Fprintf(r.out, "demo: %v\n", err)
+		}
 	}
 	_ = os.Remove(filepath.Join(r.dirs.Pids, DriverPidFile))
 	if r.conn != nil {
@@ -401,25 +398,6 @@ func rel(root, p string) string {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
-}
-
-// tail returns the last n lines of the file at path.
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return "(" + err.Error() + ")"
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return "    " + strings.Join(lines, "\n    ")
 }
 
 // questions are ragdemo's demo questions in a fixed order.

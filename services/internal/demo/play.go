@@ -65,7 +65,7 @@ func (r *run) play(ctx context.Context) error {
 	if err := r.restartEngine(ctx, "--crash-at-running", "190"); err != nil {
 		return err
 	}
-	r.engine.Expect()
+	r.engine.ExpectExit()
 	crashed := r.engine
 	crash, err := RunLoad(ctx, r.out, "crash", "Engine crash", load.Config{Target: gw, MetricsURL: "none", Scenario: "overload", Duration: 25 * time.Second, Seed: 13, RequestTimeout: 2 * time.Minute, HTTPClient: LoadClient()})
 	if err != nil {

@@ -4,25 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/servescope/servescope/dev/proc"
 )
 
-// Procs starts the demo's services as child processes, each in its own process group with its
-// output in <LogDir>/<name>.log and its pid in <PidDir>/<name>.pid, and stops exactly those.
-// The pid files let `demo down` stop a stack whose driver was killed.
+// Procs runs the stack's services through dev/proc: each in its own process group (a Ctrl-C in the
+// terminal reaches the driver only, which then stops each service in order), its output in
+// <LogDir>/<name>.log, its pid file <PidDir>/<name>.pid, so that StopStale can stop a stack whose
+// driver was killed.
 type Procs struct {
 	BinDir, LogDir, PidDir string
 
-	// Exited receives every process that ends without Stop having been called on it.
-	Exited chan *Proc
+	// Exited receives, for every service that exits on its own (neither stopped, killed nor
+	// expected to), an error naming it with its exit status and its log's tail. Sends never
+	// block: a full channel drops the report.
+	Exited chan error
 
 	mu    sync.Mutex
 	procs []*Proc
@@ -30,93 +33,96 @@ type Procs struct {
 
 // Proc is one started service.
 type Proc struct {
-	Name    string
-	Cmd     *exec.Cmd
-	Log     string
-	done    chan struct{}
-	err     error
-	stopped atomic.Bool
+	Name string
+	Log  string
+	*proc.Process
 }
 
-// Expect marks p's coming exit as intended (the engine crash), so it is not reported on Exited.
-func (p *Proc) Expect() { p.stopped.Store(true) }
-
-// Done is closed when the process has exited.
-func (p *Proc) Done() <-chan struct{} { return p.done }
-
-// Err is the process's exit error, valid after Done.
-func (p *Proc) Err() error { return p.err }
-
-// Start runs BinDir/bin with args and env (added to the driver's environment) under name.
-func (ps *Procs) Start(name, bin string, args []string, env map[string]string) (*Proc, error) {
-	logPath := filepath.Join(ps.LogDir, name+".log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open log of %s: %w", name, err)
+// Start starts svc and waits until its health URL answers 200, or fails with the tail of its log
+// when it exits first or does not serve within timeout (it is then killed).
+func (ps *Procs) Start(ctx context.Context, svc Service, timeout time.Duration) (*Proc, error) {
+	env := make([]string, 0, len(svc.Env))
+	for k, v := range svc.Env {
+		env = append(env, k+"="+v)
 	}
-	cmd := exec.Command(filepath.Join(ps.BinDir, bin), args...)
-	cmd.Env = os.Environ()
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.Stdout, cmd.Stderr = f, f
-	// Own process group: a Ctrl-C in the terminal reaches the driver only, which then stops each
-	// service in order (the consumer last among writers, so nothing published is lost).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &Proc{Name: name, Cmd: cmd, Log: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		f.Close()
-		close(p.done)
-		if !p.stopped.Load() && ps.Exited != nil {
+	slices.Sort(env)
+	spec := proc.Spec{
+		Name:         svc.Name,
+		Path:         filepath.Join(ps.BinDir, svc.Bin),
+		Args:         svc.Args,
+		Env:          env,
+		Log:          filepath.Join(ps.LogDir, svc.Name+".log"),
+		PidFile:      filepath.Join(ps.PidDir, svc.Name+".pid"),
+		ReadyTimeout: timeout,
+		StopGrace:    svc.StopGrace,
+		OnCrash: func(err error) {
+			if ps.Exited == nil {
+				return
+			}
 			select {
-			case ps.Exited <- p:
+			case ps.Exited <- err:
 			default:
 			}
-		}
-	}()
-	pidFile := filepath.Join(ps.PidDir, name+".pid")
-	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		return nil, fmt.Errorf("write pid file of %s: %w", name, err)
+		},
 	}
+	if svc.Health != "" {
+		spec.Ready = func(ctx context.Context) error { return httpOK(ctx, svc.Health) }
+	}
+	p, err := proc.New(spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Start(ctx); err != nil {
+		return nil, err
+	}
+	sp := &Proc{Name: svc.Name, Log: spec.Log, Process: p}
 	ps.mu.Lock()
-	ps.procs = append(ps.procs, p)
+	ps.procs = append(ps.procs, sp)
 	ps.mu.Unlock()
-	return p, nil
+	return sp, nil
 }
 
-// Stop ends p's process group: SIGTERM, then SIGKILL after grace. It removes the pid file.
-func (ps *Procs) Stop(p *Proc, grace time.Duration) {
-	p.stopped.Store(true)
-	select {
-	case <-p.done:
-	default:
-		_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(grace):
-			_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
-			<-p.done
-		}
+// httpOK succeeds when a GET of rawURL answers 200.
+func httpOK(ctx context.Context, rawURL string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		return err
 	}
-	_ = os.Remove(filepath.Join(ps.PidDir, p.Name+".pid"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", rawURL, resp.Status)
+	}
+	return nil
+}
+
+// Stop stops p (SIGTERM, then SIGKILL after its service's StopGrace) and forgets it.
+func (ps *Procs) Stop(ctx context.Context, p *Proc) error {
+	err := p.Stop(ctx)
+	ps.forget(p)
+	return err
+}
+
+// Kill ends p with SIGKILL, as a crash would, and forgets it.
+func (ps *Procs) Kill(ctx context.Context, p *Proc) error {
+	err := p.Kill(ctx)
+	ps.forget(p)
+	return err
+}
+
+func (ps *Procs) forget(p *Proc) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	for i, q := range ps.procs {
-		if q == p {
-			ps.procs = append(ps.procs[:i], ps.procs[i+1:]...)
-			break
-		}
-	}
+	ps.procs = slices.DeleteFunc(ps.procs, func(q *Proc) bool { return q == p })
 }
 
-// StopAll stops every process still running, the last started first.
-func (ps *Procs) StopAll(grace time.Duration) {
+// StopAll stops every process still running, the last started first, and returns what went
+// wrong (each process is stopped all the same).
+func (ps *Procs) StopAll(ctx context.Context) error {
+	var errs []error
 	for {
 		ps.mu.Lock()
 		n := len(ps.procs)
@@ -126,38 +132,38 @@ func (ps *Procs) StopAll(grace time.Duration) {
 		}
 		ps.mu.Unlock()
 		if p == nil {
-			return
+			return errors.Join(errs...)
 		}
-		ps.Stop(p, grace)
+		if err := ps.Stop(ctx, p); err != nil {
+			errs = append(errs, err)
+		}
 	}
 }
 
 // DriverPidFile is the pid file of the demo driver itself, in the pid directory.
 const DriverPidFile = "driver.pid"
 
-// RunningDriver reports the pid of another demo driver still alive, from its pid file: a second
-// demo must not tear down the first one's stack under it.
-func RunningDriver(pidDir, binDir string) (int, bool) {
-	raw, err := os.ReadFile(filepath.Join(pidDir, DriverPidFile))
-	if err != nil {
-		return 0, false
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil || pid <= 1 || pid == os.Getpid() {
-		return 0, false
-	}
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	if err != nil || !strings.HasPrefix(exe, binDir+string(os.PathSeparator)) {
-		return 0, false
-	}
-	return pid, true
+// WriteDriverPidFile records the calling process as the driver of the stack in pidDir.
+func WriteDriverPidFile(pidDir string) error {
+	return proc.WritePidFile(filepath.Join(pidDir, DriverPidFile), os.Getpid())
 }
 
-// StopStale stops the processes named by pid files left in pidDir, but only those whose
-// executable lies in binDir (a reused pid belongs to someone else). A running driver
-// (DriverPidFile) is asked first, with SIGTERM, to tear its stack down itself; services are then
-// stopped by process group. It returns the names it stopped.
-func StopStale(ctx context.Context, pidDir, binDir string, grace time.Duration) ([]string, error) {
+// RunningDriver reports the pid of another demo driver still alive, from its pid file: a second
+// demo must not tear down the first one's stack under it.
+func RunningDriver(pidDir string) (int, bool) {
+	found, err := proc.Inspect(filepath.Join(pidDir, DriverPidFile), nil)
+	if err != nil || found.State != proc.Running || found.Pid == os.Getpid() {
+		return 0, false
+	}
+	return found.Pid, true
+}
+
+// StopStale stops the processes named by the pid files left in pidDir, each only when /proc shows
+// the executable and command line its pid file recorded (see proc.StopPidFile). A running driver
+// (DriverPidFile) is asked first, with SIGTERM and three times the grace, to tear its stack down
+// itself; the services left are then stopped, SIGKILL following SIGTERM after grace. It removes
+// the pid files and returns the names it stopped.
+func StopStale(ctx context.Context, pidDir string, grace time.Duration) ([]string, error) {
 	entries, err := os.ReadDir(pidDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -172,49 +178,19 @@ func StopStale(ctx context.Context, pidDir, binDir string, grace time.Duration) 
 		}
 	}
 	var stopped []string
+	var errs []error
 	for _, name := range names {
-		path := filepath.Join(pidDir, name)
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			continue
+		wait := grace
+		if name == DriverPidFile {
+			wait = 3 * grace
 		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-		if err != nil || pid <= 1 || pid == os.Getpid() {
-			_ = os.Remove(path)
-			continue
+		found, err := proc.StopPidFile(ctx, filepath.Join(pidDir, name), nil, wait)
+		if err != nil && !errors.Is(err, proc.ErrKilledAfterGrace) {
+			errs = append(errs, err)
 		}
-		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-		if err == nil && strings.HasPrefix(exe, binDir+string(os.PathSeparator)) {
-			target, wait := -pid, grace
-			if name == DriverPidFile {
-				// The driver shares the terminal's process group: signal it alone, and give it
-				// time to stop every service in order.
-				target, wait = pid, 3*grace
-			}
-			_ = syscall.Kill(target, syscall.SIGTERM)
-			deadline := time.Now().Add(wait)
-			for alive(pid) && time.Now().Before(deadline) && ctx.Err() == nil {
-				time.Sleep(100 * time.Millisecond)
-			}
-			if alive(pid) {
-				_ = syscall.Kill(target, syscall.SIGKILL)
-			}
+		if found.State == proc.Running {
 			stopped = append(stopped, strings.TrimSuffix(name, ".pid"))
 		}
-		_ = os.Remove(path)
 	}
-	return stopped, nil
-}
-
-func alive(pid int) bool {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// A zombie (state Z) has exited; its parent has not reaped it yet.
-	s := string(raw)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
+	return stopped, errors.Join(errs...)
 }

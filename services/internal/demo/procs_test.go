@@ -11,102 +11,180 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/servescope/servescope/dev/proc"
 )
 
-// sleeper copies the system's sleep into a fresh bin directory, as the demo's binaries are.
-func sleeper(t *testing.T) (binDir string) {
+// script writes an executable shell script into binDir, as the demo's binaries are built there.
+func script(t *testing.T, binDir, name, body string) {
 	t.Helper()
-	src, err := exec.LookPath("sleep")
-	if err != nil {
-		t.Fatalf("sleep not found: %v", err)
-	}
-	binDir = t.TempDir()
-	raw, err := os.ReadFile(src)
-	if err != nil {
+	if err := os.WriteFile(filepath.Join(binDir, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(binDir, "sleep"), raw, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return binDir
 }
 
-func TestProcsStartStop(t *testing.T) {
-	bin := sleeper(t)
-	ps := &Procs{BinDir: bin, LogDir: t.TempDir(), PidDir: t.TempDir(), Exited: make(chan *Proc, 4)}
-	long, err := ps.Start("long", "sleep", []string{"60"}, map[string]string{"X": "1"})
+// healthServer returns the URL of a server answering 200, as a healthy service's /health.
+func healthServer(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestProcs(t *testing.T) {
+	ctx := context.Background()
+	bin := t.TempDir()
+	// No exec: the pid file records sh, which must stay the program of its pid.
+	script(t, bin, "svc", `echo "svc $MODE"; sleep 1000 & wait`)
+	script(t, bin, "flaky", `echo "flaky starting"; read x < "$TRIGGER"; echo "flaky dies"; exit 2`)
+	fifo := filepath.Join(t.TempDir(), "trigger")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ps := &Procs{BinDir: bin, LogDir: t.TempDir(), PidDir: t.TempDir(), Exited: make(chan error, 4)}
+	t.Cleanup(func() { _ = ps.StopAll(ctx) })
+	health := healthServer(t)
+	long, err := ps.Start(ctx, Service{Name: "long", Bin: "svc", Env: map[string]string{"MODE": "steady"}, Health: health}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	short, err := ps.Start("short", "sleep", []string{"0.1"}, nil)
+	flaky, err := ps.Start(ctx, Service{Name: "flaky", Bin: "flaky", Env: map[string]string{"TRIGGER": fifo}}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case p := <-ps.Exited:
-		if p != short {
-			t.Errorf("exited %s, want short", p.Name)
+	for _, name := range []string{"long", "flaky"} {
+		if found, err := proc.Inspect(filepath.Join(ps.PidDir, name+".pid"), nil); err != nil || found.State != proc.Running {
+			t.Errorf("pid file of %s: %+v, %v", name, found, err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the short process's exit was not reported")
 	}
-	if _, err := os.Stat(filepath.Join(ps.PidDir, "long.pid")); err != nil {
-		t.Errorf("pid file of a running process: %v", err)
+	// flaky dies on its own: its exit is reported, with its log.
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	ps.StopAll(5 * time.Second)
-	select {
-	case <-long.Done():
-	default:
+	w.Close()
+	crash := <-ps.Exited
+	if msg := crash.Error(); !strings.Contains(msg, "flaky") || !strings.Contains(msg, "exit status 2") || !strings.Contains(msg, "flaky dies") {
+		t.Errorf("crash report: %v", crash)
+	}
+	<-flaky.Done()
+
+	if err := ps.StopAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if long.Running() {
 		t.Fatal("StopAll returned with the long process running")
 	}
 	select {
-	case p := <-ps.Exited:
-		t.Errorf("%s reported as unexpected after Stop", p.Name)
+	case err := <-ps.Exited:
+		t.Errorf("reported as unexpected after StopAll: %v", err)
 	default:
 	}
-	if _, err := os.Stat(filepath.Join(ps.PidDir, "long.pid")); !os.IsNotExist(err) {
-		t.Errorf("pid file left after Stop: %v", err)
+	if log, _ := os.ReadFile(long.Log); !strings.Contains(string(log), "svc steady") {
+		t.Errorf("log of long:\n%s", log)
+	}
+	if left, _ := os.ReadDir(ps.PidDir); len(left) != 0 {
+		t.Errorf("pid files left: %v", left)
 	}
 }
 
+func TestProcsStartFails(t *testing.T) {
+	ctx := context.Background()
+	bin := t.TempDir()
+	script(t, bin, "broken", `echo "listen 127.0.0.1:1: address already in use" >&2; exit 1`)
+	ps := &Procs{BinDir: bin, LogDir: t.TempDir(), PidDir: t.TempDir()}
+	_, err := ps.Start(ctx, Service{Name: "broken", Bin: "broken", Health: "http://127.0.0.1:1/health"}, time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("Start: %v, want the failure with its log", err)
+	}
+}
+
+// TestStopStale: a stack whose driver died is stopped from its pid files; pid files naming
+// anything else (another program, a dead pid, garbage) are removed without a signal.
 func TestStopStale(t *testing.T) {
-	bin := sleeper(t)
-	pids := t.TempDir()
-	// A process of ours, left by a driver that died.
-	cmd := exec.Command(filepath.Join(bin, "sleep"), "60")
-	cmd.SysProcAttr = procAttr()
-	if err := cmd.Start(); err != nil {
+	ctx := context.Background()
+	bin := t.TempDir()
+	script(t, bin, "svc", `sleep 1000 & wait`)
+	ps := &Procs{BinDir: bin, LogDir: t.TempDir(), PidDir: t.TempDir()}
+	left, err := ps.Start(ctx, Service{Name: "svc", Bin: "svc"}, time.Minute)
+	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	if err := os.WriteFile(filepath.Join(pids, "svc.pid"), []byte(fmt.Sprintln(cmd.Process.Pid)), 0o644); err != nil {
+	t.Cleanup(func() { _ = left.Kill(ctx) })
+	// Another program, under a pid file that names it with a made-up command line.
+	other := exec.Command("sleep", "1000")
+	if err := other.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// A pid that is not ours (this test) and garbage must be left alone.
-	if err := os.WriteFile(filepath.Join(pids, "other.pid"), []byte(fmt.Sprintln(os.Getppid())), 0o644); err != nil {
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", other.Process.Pid))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(pids, "junk.pid"), []byte("x\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(ps.PidDir, "other.pid"), []byte(fmt.Sprintf("%d\n%q\n%q\n", other.Process.Pid, exe, "sleep")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	names, err := StopStale(context.Background(), pids, bin, 5*time.Second)
+	if err := os.WriteFile(filepath.Join(ps.PidDir, "junk.pid"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	names, err := StopStale(ctx, ps.PidDir, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(names, ",") != "svc" {
 		t.Errorf("stopped %v, want [svc]", names)
 	}
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the stale process still runs")
+	<-left.Done()
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", other.Process.Pid)); err != nil || strings.Contains(string(stat), ") Z ") {
+		t.Error("another program was signalled")
 	}
-	left, _ := os.ReadDir(pids)
-	if len(left) != 0 {
-		t.Errorf("pid files left: %v", left)
+	if files, _ := os.ReadDir(ps.PidDir); len(files) != 0 {
+		t.Errorf("pid files left: %v", files)
+	}
+}
+
+// TestRunningDriver: a second demo must see a live driver, and not mistake itself, a dead pid or
+// another program reusing the pid for one.
+func TestRunningDriver(t *testing.T) {
+	pids := t.TempDir()
+	if _, ok := RunningDriver(pids); ok {
+		t.Error("no pid file, yet a running driver")
+	}
+	if err := WriteDriverPidFile(pids); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := RunningDriver(pids); ok {
+		t.Error("took itself for another driver")
+	}
+	driver := exec.Command("sleep", "1000")
+	if err := driver.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = driver.Process.Kill(); _ = driver.Wait() })
+	path := filepath.Join(pids, DriverPidFile)
+	if err := proc.WritePidFile(path, driver.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if pid, ok := RunningDriver(pids); !ok || pid != driver.Process.Pid {
+		t.Errorf("live driver not seen: %d %v", pid, ok)
+	}
+	// The same pid with another recorded command line is not the driver.
+	if err := os.WriteFile(path, []byte(fmt.Sprintf("%d\n%q\n%q\n", driver.Process.Pid, "/usr/bin/sleep", "demo")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := RunningDriver(pids); ok {
+		t.Error("took a program with another command line for the driver")
+	}
+	_ = driver.Process.Kill()
+	_ = driver.Wait()
+	if err := os.WriteFile(path, []byte(fmt.Sprintln(driver.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := RunningDriver(pids); ok {
+		t.Error("took a dead pid for the driver")
 	}
 }
 

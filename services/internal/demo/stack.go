@@ -1,10 +1,8 @@
 package demo
 
 import (
-	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -109,6 +107,8 @@ type Service struct {
 	Args   []string
 	Env    map[string]string
 	Health string // URL answering 200 once the service serves
+	// StopGrace is how long a stop waits after SIGTERM before SIGKILL (proc.DefaultStopGrace when 0).
+	StopGrace time.Duration
 }
 
 // EngineArgs are vllmsim's flags; extra adds the incident knobs (--wrong-language-share, ...).
@@ -164,38 +164,4 @@ func (s *Stack) Services() (consumer, collector, gateway, ragdemo, detector Serv
 			"DETECTOR_METRICS_ADDR", addr(s.Ports.Detector),
 			"DETECTOR_EXTERNAL_URL", url(s.Ports.Detector, ""))}
 	return
-}
-
-// StartService starts svc and waits until its health URL answers 200, or fails with the tail of
-// its log when it exits first or does not serve within timeout.
-func StartService(ctx context.Context, ps *Procs, svc Service, timeout time.Duration) (*Proc, error) {
-	p, err := ps.Start(svc.Name, svc.Bin, svc.Args, svc.Env)
-	if err != nil {
-		return nil, err
-	}
-	if svc.Health == "" {
-		return p, nil
-	}
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(timeout)
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, svc.Health, nil)
-		if resp, err := client.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, nil
-			}
-		}
-		select {
-		case <-p.Done():
-			return nil, fmt.Errorf("%s exited at start (%v); its log %s ends:\n%s", svc.Name, p.Err(), p.Log, tail(p.Log, 15))
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(150 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			ps.Stop(p, 5*time.Second)
-			return nil, fmt.Errorf("%s did not answer %s within %s; its log %s ends:\n%s", svc.Name, svc.Health, timeout, p.Log, tail(p.Log, 15))
-		}
-	}
 }

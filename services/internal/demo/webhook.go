@@ -1,9 +1,11 @@
 package demo
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -65,6 +67,21 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	default:
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// Listen serves the receiver on addr (host:port) until ctx ends.
+func (r *Receiver) Listen(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen for the detector's webhooks: %w", err)
+	}
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	return nil
 }
 
 // Alerts returns a copy of every alert received, in arrival order.

@@ -15,6 +15,7 @@ import (
 	"github.com/servescope/servescope/services/internal/bus"
 	"github.com/servescope/servescope/services/internal/config"
 	"github.com/servescope/servescope/services/internal/testenv"
+	"github.com/servescope/servescope/services/internal/testenv/natstest"
 )
 
 // plainURL in a case's SERVESCOPE_NATS_URL stands for the server's nats:// URL.
@@ -112,7 +113,7 @@ func TestNATSAuth(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			srv := testenv.StartNATSAuth(t, m.auth)
+			srv := natstest.StartAuth(t, m.auth)
 			url := srv.URL()
 			if m.tls {
 				url = srv.TLSURL()

@@ -18,9 +18,11 @@ import (
 	"testing"
 	"time"
 
+	devproc "github.com/servescope/servescope/dev/proc"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/internal/chstore"
 	"github.com/servescope/servescope/services/internal/testenv"
+	"github.com/servescope/servescope/services/internal/testenv/natstest"
 )
 
 // The binaries the whole-system test builds and runs, by package directory under services/.
@@ -28,10 +30,9 @@ var serviceBinaries = []string{"gateway", "consumer", "collector", "detector", "
 
 // proc is one running binary with its output in a log file.
 type proc struct {
+	*devproc.Process
 	name string
-	cmd  *exec.Cmd
 	log  string
-	done chan struct{}
 }
 
 // buildServices builds every binary into one temporary directory with a single go build.
@@ -54,57 +55,41 @@ func buildServices(t *testing.T) string {
 func startService(t *testing.T, name, bin, logDir string, env map[string]string, args ...string) *proc {
 	t.Helper()
 	logPath := filepath.Join(logDir, name+".log")
-	f, err := os.Create(logPath)
+	environ := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range env {
+		environ = append(environ, k+"="+v)
+	}
+	p, err := devproc.New(devproc.Spec{Name: name, Path: bin, Args: args, Env: environ, ClearEnv: true, Log: logPath, DieWithCaller: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		t.Fatalf("start %s: %v", name, err)
-	}
-	f.Close()
-	s := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(s.done)
-	}()
 	t.Cleanup(func() {
-		s.stop(syscall.SIGKILL)
+		_ = p.Kill(context.Background())
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			t.Logf("%s log:\n%s", name, tail(string(b), 40))
 		}
 	})
-	return s
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	return &proc{Process: p, name: name, log: logPath}
 }
 
-// stop signals the process group and waits up to 15 s for the process to exit.
+// stop ends the process: SIGKILL as a crash would, else SIGTERM to the process group and
+// SIGKILL after 15 s.
 func (s *proc) stop(sig syscall.Signal) {
-	select {
-	case <-s.done:
+	if sig == syscall.SIGKILL {
+		_ = s.Kill(context.Background())
 		return
-	default:
 	}
-	_ = syscall.Kill(-s.cmd.Process.Pid, sig)
-	select {
-	case <-s.done:
-	case <-time.After(15 * time.Second):
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		<-s.done
-	}
+	_ = s.Stop(context.Background())
 }
 
 // rssBytes is the process's resident set size from /proc.
 func (s *proc) rssBytes(t *testing.T) int64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.Pid()))
 	if err != nil {
 		t.Fatalf("read %s status: %v", s.name, err)
 	}
@@ -147,7 +132,7 @@ func waitHTTP(t *testing.T, s *proc, url string, timeout time.Duration) {
 	var last string
 	for time.Now().Before(deadline) {
 		select {
-		case <-s.done:
+		case <-s.Done():
 			b, _ := os.ReadFile(s.log)
 			t.Fatalf("%s exited before it served %s:\n%s", s.name, url, tail(string(b), 30))
 		default:
@@ -244,7 +229,7 @@ func TestServicesKeepSecretsAndLimitBodies(t *testing.T) {
 		"client API key, wrong path": "sk-" + randomSecret(t, "client2-"),
 		"redacted prompt value":      randomSecret(t, "cardno-"),
 	}
-	natsSrv := testenv.StartNATSAuth(t, testenv.NATSAuth{User: "servescope", Password: secrets["NATS password"]})
+	natsSrv := natstest.StartAuth(t, testenv.NATSAuth{User: "servescope", Password: secrets["NATS password"]})
 	a := testAccess(t)
 	a.Detector.Password, a.Consumer.Password = secrets["detector ClickHouse pw"], secrets["consumer ClickHouse pw"]
 	chSrv, admin := accessServer(t, a)

@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,9 +12,9 @@ import (
 	"github.com/nats-io/nkeys"
 )
 
-// NATSAuth describes how a private nats-server started by [StartNATSAuth] authenticates clients.
-// Set one of Token, User+Password or Operator; PKI adds TLS on the client port (with
-// VerifyClients, mutual TLS: clients must present a certificate signed by PKI's CA).
+// NATSAuth describes how a NATS server authenticates clients: set one of Token, User+Password or
+// Operator; PKI adds TLS on the client port (with VerifyClients, mutual TLS: clients must present a
+// certificate signed by PKI's CA). natstest.StartAuth runs a server with it.
 type NATSAuth struct {
 	Token         string
 	User          string
@@ -25,50 +24,11 @@ type NATSAuth struct {
 	VerifyClients bool
 }
 
-// StartNATSAuth starts a private nats-server like [StartNATS], with JetStream and a store under
-// t.TempDir(), configured by a generated config file to require the given authentication. It
-// returns once /healthz?js-enabled-only=true answers 200 on the (plain HTTP) monitoring port.
-func StartNATSAuth(t testing.TB, auth NATSAuth) *NATSServer {
-	t.Helper()
-	root := procRepoRootOrFatal(t)
-	bin := filepath.Join(root, ".cache", "bin", "nats-server")
-	procRequireFile(t, bin)
-	dir := t.TempDir()
-	s := &NATSServer{
-		port:        procFreePort(t),
-		monitorPort: procFreePort(t),
-		storeDir:    filepath.Join(dir, "jetstream"),
-	}
-	conf := filepath.Join(dir, "nats-server.conf")
-	if err := os.WriteFile(conf, []byte(natsAuthConfig(s, auth)), 0o600); err != nil {
-		t.Fatalf("write nats-server config: %v", err)
-	}
-	s.proc = &serverProcess{
-		t:       t,
-		name:    "nats-server",
-		path:    bin,
-		args:    []string{"-c", conf},
-		logPath: filepath.Join(dir, "nats-server.log"),
-		ready: func(ctx context.Context) error {
-			_, err := procHTTPGet(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz?js-enabled-only=true", s.monitorPort))
-			return err
-		},
-	}
-	t.Cleanup(s.proc.cleanup)
-	s.proc.start()
-	return s
-}
-
-// TLSURL is the client URL with the tls:// scheme, for servers started with a PKI.
-func (s *NATSServer) TLSURL() string { return fmt.Sprintf("tls://127.0.0.1:%d", s.port) }
-
-func natsAuthConfig(s *NATSServer, auth NATSAuth) string {
+// Config is the nats-server configuration that requires a's authentication: the authorization,
+// operator and tls blocks of a config file, without listen addresses or JetStream settings.
+func (auth NATSAuth) Config() string {
 	q := strconv.Quote
 	var b strings.Builder
-	fmt.Fprintf(&b, "listen: %s\n", q("127.0.0.1:"+strconv.Itoa(s.port)))
-	fmt.Fprintf(&b, "http: %s\n", q("127.0.0.1:"+strconv.Itoa(s.monitorPort)))
-	fmt.Fprintf(&b, "server_name: %s\n", q("testenv-auth-"+strconv.Itoa(s.port)))
-	fmt.Fprintf(&b, "jetstream { store_dir: %s }\n", q(s.storeDir))
 	switch {
 	case auth.Token != "":
 		fmt.Fprintf(&b, "authorization { token: %s }\n", q(auth.Token))

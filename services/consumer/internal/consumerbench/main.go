@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -34,6 +33,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/segmentio/ksuid"
 
+	"github.com/servescope/servescope/dev/proc"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/consumer/internal/eventgen"
 	"github.com/servescope/servescope/services/consumer/sink"
@@ -272,38 +272,37 @@ func rawClickHouse(ctx context.Context, db config.ClickHouse, evs []schema.Event
 // returns rows per second and the process's peak RSS in MB.
 func consumerDrain(ctx context.Context, log *slog.Logger, bin string, js jetstream.JetStream, topo bus.Topology,
 	natsCfg config.NATS, db config.ClickHouse, n, batchRows int) (float64, float64, error) {
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(),
-		"SERVESCOPE_NATS_URL="+natsCfg.URL,
-		"SERVESCOPE_SUBJECT_PREFIX="+natsCfg.SubjectPrefix,
-		"SERVESCOPE_CLICKHOUSE_ADDR="+strings.Join(db.Addr, ","),
-		"SERVESCOPE_CLICKHOUSE_DATABASE="+db.Database,
-		"CONSUMER_DURABLE=bench-consumer",
-		"CONSUMER_BATCH_ROWS="+strconv.Itoa(batchRows),
-		"CONSUMER_METRICS_ADDR=127.0.0.1:0",
-	)
 	logFile, err := os.CreateTemp("", "consumerbench-*.log")
 	if err != nil {
 		return 0, 0, err
 	}
+	logFile.Close()
 	defer os.Remove(logFile.Name())
-	defer logFile.Close()
-	cmd.Stdout, cmd.Stderr = logFile, logFile
+	p, err := proc.New(proc.Spec{
+		Name: "consumer", Path: bin, Log: logFile.Name(), StopGrace: 30 * time.Second,
+		Env: []string{
+			"SERVESCOPE_NATS_URL=" + natsCfg.URL,
+			"SERVESCOPE_SUBJECT_PREFIX=" + natsCfg.SubjectPrefix,
+			"SERVESCOPE_CLICKHOUSE_ADDR=" + strings.Join(db.Addr, ","),
+			"SERVESCOPE_CLICKHOUSE_DATABASE=" + db.Database,
+			"CONSUMER_DURABLE=bench-consumer",
+			"CONSUMER_BATCH_ROWS=" + strconv.Itoa(batchRows),
+			"CONSUMER_METRICS_ADDR=127.0.0.1:0",
+		},
+	})
+	if err != nil {
+		return 0, 0, err
+	}
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := p.Start(ctx); err != nil {
 		return 0, 0, fmt.Errorf("(c) start consumer: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Kill()
-	}()
+	defer func() { _ = p.Kill(context.Background()) }()
 	var elapsed time.Duration
 	for {
 		select {
-		case err := <-exited:
-			logTail, _ := os.ReadFile(logFile.Name())
-			return 0, 0, fmt.Errorf("(c) consumer exited early: %v\n%s", err, logTail)
+		case <-p.Done():
+			return 0, 0, fmt.Errorf("(c) consumer exited early: %v\n%s", p.Err(), p.LogTail())
 		case <-ctx.Done():
 			return 0, 0, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
@@ -324,15 +323,12 @@ func consumerDrain(ctx context.Context, log *slog.Logger, bin string, js jetstre
 			return 0, 0, errors.New("(c) consumer did not drain the stream within 10 min")
 		}
 	}
-	rss, err := peakRSSMB(cmd.Process.Pid)
+	rss, err := peakRSSMB(p.Pid())
 	if err != nil {
 		return 0, 0, err
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		return 0, 0, errors.New("(c) consumer did not exit within 30 s of SIGTERM")
+	if err := p.Stop(ctx); err != nil {
+		return 0, 0, fmt.Errorf("(c) consumer did not exit cleanly: %w", err)
 	}
 	conn, err := chstore.Open(ctx, db)
 	if err != nil {

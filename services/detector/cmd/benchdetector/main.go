@@ -22,7 +22,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -31,6 +33,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/segmentio/ksuid"
 
+	"github.com/servescope/servescope/dev/servers"
 	"github.com/servescope/servescope/services/detector/rules"
 	"github.com/servescope/servescope/services/detector/service"
 	"github.com/servescope/servescope/services/internal/chstore"
@@ -80,6 +83,8 @@ func run(log *slog.Logger) (bool, error) {
 	runs := flag.Int("runs", 15, "timed evaluations per rule and size")
 	target := flag.Float64("target", 1.5, "largest allowed large ÷ small time")
 	stopMerges := flag.Bool("stop-merges", true, "stop merges on the server while timing (only on a private server)")
+	private := flag.Bool("private", false, "run on a private ClickHouse server (the dev build, on free loopback ports, "+
+		"data in a temporary directory) instead of SERVESCOPE_CLICKHOUSE_ADDR; the working directory is the repository root")
 	flag.Parse()
 
 	cfg, err := config.Load[config.ClickHouse]()
@@ -87,6 +92,14 @@ func run(log *slog.Logger) (bool, error) {
 		return false, err
 	}
 	ctx := context.Background()
+	if *private {
+		addr, stop, err := privateClickHouse(ctx, log)
+		if err != nil {
+			return false, err
+		}
+		defer stop()
+		cfg.Addr = []string{addr}
+	}
 	id := ksuidLower()
 	// Two databases side by side, so the rules are timed alternately on both and load from other
 	// work on the machine hits both sizes alike.
@@ -322,6 +335,53 @@ func generate(ctx context.Context, conn driver.Conn, now time.Time, step time.Du
 		}
 	}
 	return nil
+}
+
+// privateClickHouse starts the dev build of ClickHouse (dev/servers) on free loopback ports with its
+// data in a temporary directory, so the shared dev server's other users are neither loaded nor put at
+// risk; stop stops it and removes the directory.
+func privateClickHouse(ctx context.Context, log *slog.Logger) (addr string, stop func(), err error) {
+	root, err := os.Getwd()
+	if err != nil {
+		return "", nil, err
+	}
+	in := servers.InstalledIn(servers.CacheDir(root))
+	if err := in.Check(); err != nil {
+		return "", nil, err
+	}
+	dir, err := os.MkdirTemp("", "bench-detector-")
+	if err != nil {
+		return "", nil, err
+	}
+	ports := make([]int, 2)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", nil, fmt.Errorf("pick a free port: %w", err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	s, err := servers.NewClickHouse(servers.ClickHouse{
+		Launcher: in.Chlaunch, Lib: in.Libchdb, TCPPort: ports[0], HTTPPort: ports[1],
+		DataDir: filepath.Join(dir, "data"), ConfigFile: filepath.Join(dir, "config.xml"),
+		EngineLog: filepath.Join(dir, "clickhouse-server.log"), EngineErrorLog: filepath.Join(dir, "clickhouse-server.err.log"),
+		LogLevel: "warning", Log: filepath.Join(dir, "clickhouse.log"), DieWithCaller: true,
+	})
+	if err == nil {
+		err = s.Start(ctx)
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("private ClickHouse: %w", err)
+	}
+	log.Info("private ClickHouse", "addr", s.Addr(), "pid", s.Pid())
+	return s.Addr(), func() {
+		if err := s.Stop(context.Background()); err != nil {
+			log.Warn("stop the private ClickHouse", "err", err)
+		}
+		_ = os.RemoveAll(dir)
+	}, nil
 }
 
 func ksuidLower() string {

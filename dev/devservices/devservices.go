@@ -1,0 +1,374 @@
+// Package devservices runs the shared dev servers behind scripts/dev-services — NATS JetStream
+// and ClickHouse on 127.0.0.1 — once the script has installed their programs: `up` starts what is
+// not running, detached, and waits until it serves; `down` stops what `up` started; `status` and
+// `logs` show them. The servers are the ones dev/servers describes, run through dev/proc; their
+// data, logs and pid files live under the cache directory, laid out as the script has always
+// laid them out, so servers started by an earlier version of the script are found, checked and
+// stopped like the others.
+package devservices
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/servescope/servescope/dev/proc"
+	"github.com/servescope/servescope/dev/servers"
+)
+
+// Config is what the commands act on. Load reads it from the environment.
+type Config struct {
+	// CacheDir holds the programs, data, logs and pid files (SERVESCOPE_DEV_CACHE_DIR, default
+	// .cache at the repository root), with symbolic links resolved: the command lines of the
+	// servers name it, and a server is recognized by its command line.
+	CacheDir string
+	// NATSPort, NATSMonitorPort: SERVESCOPE_DEV_NATS_PORT [4222], SERVESCOPE_DEV_NATS_MONITOR_PORT [8222].
+	NATSPort, NATSMonitorPort int
+	// ClickHouseTCPPort, ClickHouseHTTPPort: SERVESCOPE_DEV_CLICKHOUSE_TCP_PORT [9000],
+	// SERVESCOPE_DEV_CLICKHOUSE_HTTP_PORT [8123].
+	ClickHouseTCPPort, ClickHouseHTTPPort int
+	// ClickHouseLogLevel is the engine's log level: SERVESCOPE_DEV_CLICKHOUSE_LOG_LEVEL [information].
+	ClickHouseLogLevel string
+	// StartTimeout bounds the wait for each server: SERVESCOPE_DEV_START_TIMEOUT_S [60].
+	StartTimeout time.Duration
+	// LogLines is how many lines `logs` and failures show: SERVESCOPE_DEV_LOG_LINES [40].
+	LogLines int
+
+	// Out receives status lines and logs; Err the commands' messages.
+	Out, Err io.Writer
+}
+
+// stopGrace is how long down waits after SIGTERM before SIGKILL.
+const stopGrace = 15 * time.Second
+
+// Load reads the Config of the repository at root from getenv (os.Getenv in the command).
+func Load(root string, getenv func(string) string) (Config, error) {
+	c := Config{Out: os.Stdout, Err: os.Stderr}
+	var errs []error
+	port := func(name string, def int) int {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 65535 {
+			errs = append(errs, fmt.Errorf("%s=%q: want a port number from 1 to 65535", name, v))
+		}
+		return n
+	}
+	positive := func(name string, def int) int {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("%s=%q: want a whole number above 0", name, v))
+		}
+		return n
+	}
+	c.NATSPort = port("SERVESCOPE_DEV_NATS_PORT", 4222)
+	c.NATSMonitorPort = port("SERVESCOPE_DEV_NATS_MONITOR_PORT", 8222)
+	c.ClickHouseTCPPort = port("SERVESCOPE_DEV_CLICKHOUSE_TCP_PORT", 9000)
+	c.ClickHouseHTTPPort = port("SERVESCOPE_DEV_CLICKHOUSE_HTTP_PORT", 8123)
+	c.ClickHouseLogLevel = getenv("SERVESCOPE_DEV_CLICKHOUSE_LOG_LEVEL")
+	if c.ClickHouseLogLevel == "" {
+		c.ClickHouseLogLevel = "information"
+	}
+	c.StartTimeout = time.Duration(positive("SERVESCOPE_DEV_START_TIMEOUT_S", 60)) * time.Second
+	c.LogLines = positive("SERVESCOPE_DEV_LOG_LINES", 40)
+	cache := getenv(servers.CacheDirEnv)
+	if cache == "" {
+		cache = filepath.Join(root, ".cache")
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		errs = append(errs, fmt.Errorf("create the cache directory: %w", err))
+	} else if c.CacheDir, err = filepath.EvalSymlinks(cache); err != nil {
+		errs = append(errs, fmt.Errorf("resolve the cache directory: %w", err))
+	} else if c.CacheDir, err = filepath.Abs(c.CacheDir); err != nil {
+		errs = append(errs, fmt.Errorf("resolve the cache directory: %w", err))
+	}
+	return c, errors.Join(errs...)
+}
+
+// NATS is the dev NATS server: store <cache>/nats/data, log <cache>/nats/nats-server.log, pid
+// file <cache>/nats/nats-server.pid.
+func (c Config) NATS() servers.NATS {
+	dir := filepath.Join(c.CacheDir, "nats")
+	return servers.NATS{
+		Bin:          servers.InstalledIn(c.CacheDir).NATSServer,
+		Port:         c.NATSPort,
+		MonitorPort:  c.NATSMonitorPort,
+		StoreDir:     filepath.Join(dir, "data"),
+		ServerName:   "servescope-dev",
+		Log:          filepath.Join(dir, "nats-server.log"),
+		PidFile:      filepath.Join(dir, "nats-server.pid"),
+		ReadyTimeout: c.StartTimeout,
+		StopGrace:    stopGrace,
+	}
+}
+
+// ClickHouse is the dev ClickHouse server: data <cache>/clickhouse/data, launcher log
+// <cache>/clickhouse/clickhouse.log, the engine's own logs clickhouse-server.log and
+// clickhouse-server.err.log beside it, pid file <cache>/clickhouse/clickhouse.pid.
+func (c Config) ClickHouse() servers.ClickHouse {
+	dir := filepath.Join(c.CacheDir, "clickhouse")
+	in := servers.InstalledIn(c.CacheDir)
+	return servers.ClickHouse{
+		Launcher:       in.Chlaunch,
+		Lib:            in.Libchdb,
+		TCPPort:        c.ClickHouseTCPPort,
+		HTTPPort:       c.ClickHouseHTTPPort,
+		DataDir:        filepath.Join(dir, "data"),
+		ConfigFile:     filepath.Join(dir, "config.xml"),
+		EngineLog:      filepath.Join(dir, "clickhouse-server.log"),
+		EngineErrorLog: filepath.Join(dir, "clickhouse-server.err.log"),
+		LogLevel:       c.ClickHouseLogLevel,
+		Log:            filepath.Join(dir, "clickhouse.log"),
+		PidFile:        filepath.Join(dir, "clickhouse.pid"),
+		ReadyTimeout:   c.StartTimeout,
+		StopGrace:      stopGrace,
+	}
+}
+
+// server is what the commands need to know of one dev server.
+type server struct {
+	name    string // as the commands name it: nats, clickhouse
+	spec    proc.Spec
+	prepare func() error
+	healthy func(ctx context.Context) error
+	// health says what answered, for the messages.
+	health string
+	// where says where it listens, for the messages.
+	where string
+	// status is the status line's tail for a server dev-services started.
+	status func(pid int, health string) string
+	// foreign is the status line's tail for a healthy server dev-services did not start.
+	foreign string
+	// lastCrash returns the server's own report of its last crash ("" when it keeps none).
+	lastCrash func() (string, error)
+}
+
+func (c Config) servers() []server {
+	n, ch := c.NATS(), c.ClickHouse()
+	return []server{
+		{
+			name: "nats", spec: n.Spec(), prepare: n.Prepare, healthy: n.Healthy,
+			health: fmt.Sprintf("127.0.0.1:%d already answers healthz", n.MonitorPort),
+			where:  fmt.Sprintf("on 127.0.0.1:%d, monitoring :%d", n.Port, n.MonitorPort),
+			status: func(pid int, health string) string {
+				return fmt.Sprintf("running pid %-8d %-9s %s  monitor %s  data %s", pid, health, n.URL(), n.MonitorURL(), n.StoreDir)
+			},
+			foreign:   "healthy " + n.URL(),
+			lastCrash: func() (string, error) { return "", nil },
+		},
+		{
+			name: "clickhouse", spec: ch.Spec(), prepare: ch.Prepare, healthy: ch.Healthy,
+			health: fmt.Sprintf("127.0.0.1:%d already answers SELECT 1", ch.HTTPPort),
+			where:  fmt.Sprintf("on 127.0.0.1:%d (http :%d)", ch.TCPPort, ch.HTTPPort),
+			status: func(pid int, health string) string {
+				return fmt.Sprintf("running pid %-8d %-9s tcp %s  http %s  data %s", pid, health, ch.Addr(), ch.HTTPURL(), ch.DataDir)
+			},
+			foreign:   "healthy tcp " + ch.Addr(),
+			lastCrash: func() (string, error) { return servers.LastCrash(ch.EngineErrorLog) },
+		},
+	}
+}
+
+func (c Config) say(format string, a ...any) {
+	fmt.Fprintf(c.Err, "dev-services: "+format+"\n", a...)
+}
+
+// healthyNow checks s's health once, as a status line does.
+func healthyNow(ctx context.Context, s server) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return s.healthy(ctx) == nil
+}
+
+// lock serializes up and down across every user of the cache directory: several people and
+// tests share one tree, and earlier versions of the script take the same lock.
+func (c Config) lock() (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(c.CacheDir, "dev-services.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open the dev-services lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("take the dev-services lock: %w", err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// Up starts every server that is not running and waits until each serves. A server already
+// running is left as it is: only checked, and reported when it does not answer in time. A server
+// that died since it was started is started again, with its last crash report shown. It fails
+// when a server does not come up, with its log's tail.
+func Up(ctx context.Context, c Config) error {
+	if err := servers.InstalledIn(c.CacheDir).Check(); err != nil {
+		return err
+	}
+	unlock, err := c.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	var errs []error
+	for _, s := range c.servers() {
+		if err := c.up(ctx, s); err != nil {
+			c.say("%s: %v", s.name, err)
+			errs = append(errs, fmt.Errorf("%s did not come up", s.name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) up(ctx context.Context, s server) error {
+	found, err := proc.Inspect(s.spec.PidFile, &s.spec)
+	if err != nil {
+		return err
+	}
+	if found.State == proc.Running {
+		// A server serving others is only slow on a loaded machine: never stop it here.
+		err := proc.AwaitReady(ctx, s.spec)
+		if err == nil {
+			c.say("%s already running (pid %d) %s", s.name, found.Pid, s.where)
+			return nil
+		}
+		if again, ierr := proc.Inspect(s.spec.PidFile, &s.spec); ierr != nil || again.State == proc.Running {
+			return fmt.Errorf("%w; left running", err)
+		}
+		found.State = proc.NotRunning
+	}
+	if healthyNow(ctx, s) {
+		c.say("%s: %s from a process dev-services did not start; using it", s.name, s.health)
+		return nil
+	}
+	if found.State == proc.NotRunning && found.Pid != 0 {
+		// down and failed starts remove the pid file: the server died on its own.
+		c.say("%s (pid %d) died since it was started; starting it again", s.name, found.Pid)
+		if report, err := s.lastCrash(); err != nil {
+			c.say("%v", err)
+		} else if report != "" {
+			c.say("last crash report of %s:\n%s", s.name, report)
+		}
+	}
+	if err := os.Remove(s.spec.PidFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := s.prepare(); err != nil {
+		return err
+	}
+	spec := s.spec
+	spec.TailLines = c.LogLines
+	pid, err := proc.StartDetached(ctx, spec)
+	if err != nil {
+		return err
+	}
+	c.say("%s started (pid %d) %s", s.name, pid, s.where)
+	return nil
+}
+
+// Down stops the servers dev-services started (all when which is empty, else the one named
+// nats or clickhouse): SIGTERM to the process group, SIGKILL after 15 s.
+func Down(ctx context.Context, c Config, which string) error {
+	all := c.servers()
+	// ClickHouse first: the reverse of the start order.
+	targets := []server{all[1], all[0]}
+	switch which {
+	case "":
+	case "nats":
+		targets = all[:1]
+	case "clickhouse":
+		targets = all[1:]
+	default:
+		return fmt.Errorf("down: unknown server %q (clickhouse or nats)", which)
+	}
+	unlock, err := c.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	var errs []error
+	for _, s := range targets {
+		found, err := proc.StopPidFile(ctx, s.spec.PidFile, &s.spec, stopGrace)
+		switch {
+		case errors.Is(err, proc.ErrKilledAfterGrace):
+			c.say("%s (pid %d) ignored SIGTERM for %s; killed it", s.name, found.Pid, stopGrace)
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+			continue
+		}
+		if found.State == proc.Running {
+			c.say("%s stopped (pid %d)", s.name, found.Pid)
+		} else {
+			c.say("%s not running", s.name)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ErrUnhealthy is returned by Status when a server is stopped or does not answer.
+var ErrUnhealthy = errors.New("not every dev server is running and healthy")
+
+// Status prints one line a server (and, for one that died, its last crash report).
+func Status(ctx context.Context, c Config) error {
+	ok := true
+	for _, s := range c.servers() {
+		found, err := proc.Inspect(s.spec.PidFile, &s.spec)
+		if err != nil {
+			return err
+		}
+		healthy := healthyNow(ctx, s)
+		ok = ok && healthy
+		switch {
+		case found.State == proc.Running:
+			health := "healthy"
+			if !healthy {
+				health = "unhealthy"
+			}
+			fmt.Fprintf(c.Out, "%-11s %s\n", s.name, s.status(found.Pid, health))
+			if found.ExeDeleted {
+				fmt.Fprintf(c.Out, "            runs an older %s than %s; `down %s` then `up` applies it\n",
+					filepath.Base(s.spec.Path), s.spec.Path, s.name)
+			}
+		case healthy:
+			fmt.Fprintf(c.Out, "%-11s running (not started by dev-services) %s\n", s.name, s.foreign)
+		default:
+			fmt.Fprintf(c.Out, "%-11s stopped\n", s.name)
+			if found.State == proc.NotRunning && found.Pid != 0 {
+				report, err := s.lastCrash()
+				if err != nil {
+					report = err.Error()
+				}
+				if report == "" {
+					report = "(none: the server logged no fatal error)"
+				}
+				fmt.Fprintf(c.Out, "            pid %d died; last crash report:\n%s\n", found.Pid, report)
+			}
+		}
+	}
+	if !ok {
+		return ErrUnhealthy
+	}
+	return nil
+}
+
+// LogFiles are the logs `logs` shows, those that exist: NATS's, the ClickHouse launcher's and the
+// engine's error log.
+func (c Config) LogFiles() []string {
+	ch := c.ClickHouse()
+	var files []string
+	for _, f := range []string{c.NATS().Log, ch.Log, ch.EngineErrorLog} {
+		if _, err := os.Stat(f); err == nil {
+			files = append(files, f)
+		}
+	}
+	return files
+}

@@ -1,0 +1,260 @@
+package servers
+
+import (
+	"bufio"
+	"context"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/servescope/servescope/dev/proc"
+)
+
+// ClickHouse describes the ClickHouse engine of libchdb.so run by the chlaunch launcher on
+// 127.0.0.1. Launcher, Lib, the ports, DataDir, ConfigFile, EngineLog, EngineErrorLog and Log are
+// required.
+//
+// The launcher's quirks, which the Spec accounts for: it must run in its own process group and
+// exits at once on SIGTERM (the engine's own graceful cancel would wait 5 s for connected
+// clients, then exit 1; acknowledged inserts are on disk already); a failed start (port taken:
+// "Code: 210 ... Address already in use"; data directory in use: "Code: 76 ... Cannot lock file")
+// ends it within ~50 ms with the message on its stderr, which is Log; readiness is an HTTP
+// `SELECT 1`, never a bare TCP connect. A fatal signal in the engine ends the process with no
+// line in Log: the engine writes its report (signal, query, stack) only to EngineErrorLog.
+type ClickHouse struct {
+	// Launcher is chlaunch (Installed.Chlaunch); Lib is libchdb.so (Installed.Libchdb).
+	Launcher, Lib string
+	// TCPPort takes the native protocol, HTTPPort the HTTP interface.
+	TCPPort, HTTPPort int
+	// DataDir holds the databases: tables and acknowledged inserts survive a restart.
+	DataDir string
+	// ConfigFile is the engine's config, written by Prepare: its <logger> section sends the
+	// engine's own log to EngineLog at LogLevel and its errors to EngineErrorLog, both rotated
+	// by the engine with proc.DefaultRotation's size and count. Without it the engine logs
+	// nothing, and a crash leaves no trace.
+	ConfigFile, EngineLog, EngineErrorLog string
+	// LogLevel is the engine's log level: fatal .. information, debug, trace (information when
+	// empty).
+	LogLevel string
+	// UsersFile, when set, is a users.xml (a whole <clickhouse> document with <users>, <roles>,
+	// <profiles>, <quotas>) the engine takes its users from. libchdb's engine has only this
+	// read-only access storage: CREATE USER fails there. It must keep a `default` user without
+	// password, which the readiness check uses.
+	UsersFile string
+
+	// Log receives the launcher's output; PidFile, when set, records its pid (see proc.Spec).
+	Log, PidFile string
+	// ReadyTimeout and StopGrace as in proc.Spec (its defaults when 0).
+	ReadyTimeout, StopGrace time.Duration
+	// OnCrash is called when the server exits on its own (see proc.Spec.OnCrash).
+	OnCrash func(error)
+	// DieWithCaller ends the server with the caller's process (see proc.Spec.DieWithCaller).
+	DieWithCaller bool
+}
+
+// Addr is the native protocol address, 127.0.0.1:<TCPPort>.
+func (c ClickHouse) Addr() string { return "127.0.0.1:" + strconv.Itoa(c.TCPPort) }
+
+// HTTPURL is the HTTP interface's base URL, http://127.0.0.1:<HTTPPort>, without a slash.
+func (c ClickHouse) HTTPURL() string { return "http://127.0.0.1:" + strconv.Itoa(c.HTTPPort) }
+
+func (c ClickHouse) logLevel() string {
+	if c.LogLevel == "" {
+		return "information"
+	}
+	return c.LogLevel
+}
+
+// Healthy succeeds when HTTP `SELECT 1` answers 1 (with UsersFile: when system.users lists at
+// least one user, so a test can log in as one at once).
+func (c ClickHouse) Healthy(ctx context.Context) error {
+	query, want := "SELECT 1", "1"
+	if c.UsersFile != "" {
+		query, want = "SELECT count() > 0 FROM system.users", "1"
+	}
+	body, err := httpGet(ctx, c.HTTPURL()+"/?"+url.Values{"query": {query}}.Encode())
+	if err != nil {
+		return err
+	}
+	if got := strings.TrimSpace(body); got != want {
+		return fmt.Errorf("%s answered %q", query, got)
+	}
+	return nil
+}
+
+// Args are chlaunch's arguments.
+func (c ClickHouse) Args() []string {
+	return []string{
+		"--lib", c.Lib,
+		"--path", c.DataDir,
+		"--tcp-port", strconv.Itoa(c.TCPPort),
+		"--http-port", strconv.Itoa(c.HTTPPort),
+		"--listen-host", "127.0.0.1",
+		"--config", c.ConfigFile,
+		"--log-level", c.logLevel(),
+	}
+}
+
+func (c ClickHouse) check() error {
+	for _, f := range []struct{ name, v string }{
+		{"Launcher", c.Launcher}, {"Lib", c.Lib}, {"DataDir", c.DataDir}, {"ConfigFile", c.ConfigFile},
+		{"EngineLog", c.EngineLog}, {"EngineErrorLog", c.EngineErrorLog}, {"Log", c.Log},
+	} {
+		if f.v == "" {
+			return fmt.Errorf("servers: ClickHouse.%s is empty", f.name)
+		}
+	}
+	if c.TCPPort <= 0 || c.HTTPPort <= 0 {
+		return fmt.Errorf("servers: ClickHouse ports %d and %d: want both set", c.TCPPort, c.HTTPPort)
+	}
+	return nil
+}
+
+// Prepare creates the data directory and writes ConfigFile.
+func (c ClickHouse) Prepare() error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	for _, d := range []string{c.DataDir, filepath.Dir(c.ConfigFile), filepath.Dir(c.EngineLog), filepath.Dir(c.EngineErrorLog)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create ClickHouse directory: %w", err)
+		}
+	}
+	tmp := c.ConfigFile + ".tmp"
+	if err := os.WriteFile(tmp, []byte(c.config()), 0o644); err != nil {
+		return fmt.Errorf("write the ClickHouse config: %w", err)
+	}
+	if err := os.Rename(tmp, c.ConfigFile); err != nil {
+		return fmt.Errorf("write the ClickHouse config: %w", err)
+	}
+	return nil
+}
+
+// config is the engine's config document.
+func (c ClickHouse) config() string {
+	rot := proc.DefaultRotation()
+	var b strings.Builder
+	b.WriteString("<!-- Written by servescope's dev/servers; edits are overwritten. -->\n<clickhouse>\n")
+	b.WriteString("    <logger>\n")
+	fmt.Fprintf(&b, "        <log>%s</log>\n", xmlText(c.EngineLog))
+	fmt.Fprintf(&b, "        <errorlog>%s</errorlog>\n", xmlText(c.EngineErrorLog))
+	b.WriteString("        <errorlog_level>error</errorlog_level>\n")
+	fmt.Fprintf(&b, "        <size>%dM</size>\n", rot.MaxBytes>>20)
+	fmt.Fprintf(&b, "        <count>%d</count>\n", rot.Backups)
+	b.WriteString("    </logger>\n")
+	if c.UsersFile != "" {
+		fmt.Fprintf(&b, "    <user_directories>\n        <users_xml><path>%s</path></users_xml>\n    </user_directories>\n", xmlText(c.UsersFile))
+	}
+	b.WriteString("</clickhouse>\n")
+	return b.String()
+}
+
+func xmlText(s string) string {
+	var b strings.Builder
+	_ = xml.EscapeText(&b, []byte(s))
+	return b.String()
+}
+
+// Spec is the process that runs the server, ready once Healthy succeeds. Errors show the tail of
+// the engine's error log after the launcher's.
+func (c ClickHouse) Spec() proc.Spec {
+	return proc.Spec{
+		Name:          "clickhouse",
+		Path:          c.Launcher,
+		Args:          c.Args(),
+		Log:           c.Log,
+		ExtraLogs:     []string{c.EngineErrorLog},
+		PidFile:       c.PidFile,
+		Ready:         c.Healthy,
+		ReadyTimeout:  c.ReadyTimeout,
+		StopGrace:     c.StopGrace,
+		OnCrash:       c.OnCrash,
+		DieWithCaller: c.DieWithCaller,
+	}
+}
+
+// ClickHouseServer is a ClickHouse server the caller supervises: Start, Stop, Kill and Restart
+// keep its ports and data, so tables and acknowledged inserts survive them.
+type ClickHouseServer struct {
+	*proc.Process
+	cfg ClickHouse
+}
+
+// NewClickHouse prepares c (see ClickHouse.Prepare) and returns its server, not started yet.
+func NewClickHouse(c ClickHouse) (*ClickHouseServer, error) {
+	p, err := newProcess(c)
+	if err != nil {
+		return nil, err
+	}
+	return &ClickHouseServer{Process: p, cfg: c}, nil
+}
+
+// Config is the server's description.
+func (s *ClickHouseServer) Config() ClickHouse { return s.cfg }
+
+// Addr is the native protocol address; it stays valid across restarts.
+func (s *ClickHouseServer) Addr() string { return s.cfg.Addr() }
+
+// HTTPURL is the HTTP interface's base URL; it stays valid across restarts.
+func (s *ClickHouseServer) HTTPURL() string { return s.cfg.HTTPURL() }
+
+// frameLine matches a stack frame of the engine's fatal-signal report ("<Fatal> BaseDaemon: 3. ...").
+var frameLine = regexp.MustCompile(`<Fatal> [A-Za-z]+: [0-9]+\. `)
+
+// LastCrash returns the engine's last fatal-signal report in its error log: the report's first
+// lines without the stack (signal, thread, query), preceded by the uncaught exception when
+// std::terminate caused the crash; "" when the log holds none. Lines are cut at 400 bytes.
+func LastCrash(engineErrorLog string) (string, error) {
+	f, err := os.Open(engineErrorLog)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the engine's error log: %w", err)
+	}
+	defer f.Close()
+	var cause, causeNext string
+	var report []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case !strings.Contains(line, "<Fatal>"):
+		case strings.Contains(line, "Terminate called for uncaught exception"):
+			// The exception's message is the next line, whatever its level.
+			cause = line
+			if sc.Scan() {
+				causeNext = sc.Text()
+			}
+		case strings.Contains(line, "#####"):
+			// A report begins.
+			report = report[:0]
+		case frameLine.MatchString(line):
+		case len(report) < 4:
+			report = append(report, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", fmt.Errorf("read the engine's error log: %w", err)
+	}
+	var out []string
+	// The exception belongs to this crash when it was logged in the same second.
+	if cause != "" && len(report) > 0 && len(cause) >= 19 && len(report[0]) >= 19 && cause[:19] == report[0][:19] {
+		out = append(out, cause, causeNext)
+	}
+	out = append(out, report...)
+	for i, l := range out {
+		if len(l) > 400 {
+			out[i] = l[:400]
+		}
+	}
+	return strings.Join(out, "\n"), nil
+}

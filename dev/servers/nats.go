@@ -1,0 +1,139 @@
+package servers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/servescope/servescope/dev/proc"
+)
+
+// NATS describes a nats-server with JetStream on 127.0.0.1. Bin, Port, MonitorPort, StoreDir and
+// Log are required.
+type NATS struct {
+	// Bin is the nats-server executable (Installed.NATSServer).
+	Bin string
+	// Port takes clients; MonitorPort serves the monitoring endpoints, /healthz among them.
+	Port, MonitorPort int
+	// StoreDir is the JetStream store: streams and acknowledged messages survive a restart.
+	StoreDir string
+	// ServerName is the server's name (nats-server makes one up when empty).
+	ServerName string
+	// MaxPayloadBytes raises the largest message the server accepts (its default, 1 MiB, when 0).
+	// nats-server has no flag for it, so it goes into ConfigFile, which is then required.
+	MaxPayloadBytes int
+	ConfigFile      string
+
+	// Log receives the server's output; PidFile, when set, records its pid (see proc.Spec).
+	Log, PidFile string
+	// ReadyTimeout and StopGrace as in proc.Spec (its defaults when 0).
+	ReadyTimeout, StopGrace time.Duration
+	// OnCrash is called when the server exits on its own (see proc.Spec.OnCrash).
+	OnCrash func(error)
+	// DieWithCaller ends the server with the caller's process (see proc.Spec.DieWithCaller).
+	DieWithCaller bool
+}
+
+// URL is the client URL, nats://127.0.0.1:<Port>.
+func (n NATS) URL() string { return "nats://127.0.0.1:" + strconv.Itoa(n.Port) }
+
+// MonitorURL is the monitoring base URL, http://127.0.0.1:<MonitorPort>.
+func (n NATS) MonitorURL() string { return "http://127.0.0.1:" + strconv.Itoa(n.MonitorPort) }
+
+// Healthy succeeds when the server answers 200 on /healthz?js-enabled-only=true: it takes
+// clients and JetStream is on.
+func (n NATS) Healthy(ctx context.Context) error {
+	_, err := httpGet(ctx, n.MonitorURL()+"/healthz?js-enabled-only=true")
+	return err
+}
+
+// Args are nats-server's arguments.
+func (n NATS) Args() []string {
+	var args []string
+	if n.MaxPayloadBytes > 0 {
+		args = append(args, "-c", n.ConfigFile)
+	}
+	args = append(args,
+		"--addr", "127.0.0.1",
+		"--port", strconv.Itoa(n.Port),
+		"--http_port", strconv.Itoa(n.MonitorPort),
+		"--jetstream", "--store_dir", n.StoreDir)
+	if n.ServerName != "" {
+		args = append(args, "--server_name", n.ServerName)
+	}
+	return args
+}
+
+func (n NATS) check() error {
+	switch {
+	case n.Bin == "" || n.StoreDir == "" || n.Log == "":
+		return errors.New("servers: NATS needs Bin, StoreDir and Log")
+	case n.Port <= 0 || n.MonitorPort <= 0:
+		return fmt.Errorf("servers: NATS ports %d and %d: want both set", n.Port, n.MonitorPort)
+	case n.MaxPayloadBytes > 0 && n.ConfigFile == "":
+		return errors.New("servers: NATS.MaxPayloadBytes needs ConfigFile")
+	}
+	return nil
+}
+
+// Prepare creates the store directory and writes the config file when one is needed.
+func (n NATS) Prepare() error {
+	if err := n.check(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(n.StoreDir, 0o755); err != nil {
+		return fmt.Errorf("create the NATS store: %w", err)
+	}
+	if n.MaxPayloadBytes > 0 {
+		if err := os.MkdirAll(filepath.Dir(n.ConfigFile), 0o755); err != nil {
+			return fmt.Errorf("create the NATS config directory: %w", err)
+		}
+		conf := fmt.Sprintf("# Written by servescope's dev/servers; edits are overwritten.\nmax_payload: %d\n", n.MaxPayloadBytes)
+		if err := os.WriteFile(n.ConfigFile, []byte(conf), 0o644); err != nil {
+			return fmt.Errorf("write the NATS config: %w", err)
+		}
+	}
+	return nil
+}
+
+// Spec is the process that runs the server, ready once Healthy succeeds.
+func (n NATS) Spec() proc.Spec {
+	return proc.Spec{
+		Name:          "nats-server",
+		Path:          n.Bin,
+		Args:          n.Args(),
+		Log:           n.Log,
+		PidFile:       n.PidFile,
+		Ready:         n.Healthy,
+		ReadyTimeout:  n.ReadyTimeout,
+		StopGrace:     n.StopGrace,
+		OnCrash:       n.OnCrash,
+		DieWithCaller: n.DieWithCaller,
+	}
+}
+
+// NATSServer is a nats-server the caller supervises: Start, Stop, Kill and Restart keep its
+// ports and store, so streams and acknowledged messages survive them.
+type NATSServer struct {
+	*proc.Process
+	cfg NATS
+}
+
+// NewNATS prepares n (see NATS.Prepare) and returns its server, not started yet.
+func NewNATS(n NATS) (*NATSServer, error) {
+	p, err := newProcess(n)
+	if err != nil {
+		return nil, err
+	}
+	return &NATSServer{Process: p, cfg: n}, nil
+}
+
+// Config is the server's description.
+func (s *NATSServer) Config() NATS { return s.cfg }
+
+// URL is the client URL; it stays valid across restarts.
+func (s *NATSServer) URL() string { return s.cfg.URL() }

@@ -1,0 +1,429 @@
+package servers_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/servescope/servescope/dev/servers"
+)
+
+// installed returns the programs scripts/dev-services installed; a missing one fails the test
+// when SERVESCOPE_REQUIRE_INTEGRATION=1 (as scripts/test sets) and skips it otherwise.
+func installed(t *testing.T) servers.Installed {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := servers.RepoCacheDir(wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := servers.InstalledIn(cache)
+	if err := in.Check(); err != nil {
+		msg := err.Error() + " (run scripts/dev-services up)"
+		if os.Getenv("SERVESCOPE_REQUIRE_INTEGRATION") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return in
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func startNATS(t *testing.T, ctx context.Context, n servers.NATS) *servers.NATSServer {
+	t.Helper()
+	s, err := servers.NewNATS(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.Kill(context.Background())
+		if t.Failed() {
+			t.Logf("nats-server: %s", s.LogTail())
+		}
+	})
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func natsConfig(t *testing.T, in servers.Installed) servers.NATS {
+	dir := t.TempDir()
+	return servers.NATS{
+		Bin: in.NATSServer, Port: freePort(t), MonitorPort: freePort(t),
+		StoreDir: filepath.Join(dir, "jetstream"), ServerName: "servers-test",
+		ConfigFile: filepath.Join(dir, "nats.conf"), Log: filepath.Join(dir, "nats-server.log"),
+		DieWithCaller: true,
+	}
+}
+
+func TestNATSKeepsStreamsAcrossStopAndKill(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	in := installed(t)
+	cfg := natsConfig(t, in)
+	cfg.MaxPayloadBytes = 4 << 20
+	s := startNATS(t, ctx, cfg)
+
+	nc := natsConnect(t, s.URL())
+	if got := nc.MaxPayload(); got != 4<<20 {
+		t.Errorf("max payload %d, want the configured 4 MiB", got)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SERVERS", Subjects: []string{"servers.>"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+	if _, err := js.Publish(ctx, "servers.a", []byte("before stop")); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	nc.Close()
+
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nc = natsConnect(t, s.URL())
+	js, _ = jetstream.New(nc)
+	if _, err := js.Publish(ctx, "servers.b", []byte("before kill")); err != nil {
+		t.Fatalf("publish after restart: %v", err)
+	}
+	nc.Close()
+
+	if err := s.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.Crashed() {
+		t.Error("a killed server counted as crashed")
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nc = natsConnect(t, s.URL())
+	js, _ = jetstream.New(nc)
+	stream, err := js.Stream(ctx, "SERVERS")
+	if err != nil {
+		t.Fatalf("stream after kill and restart: %v", err)
+	}
+	for seq, want := range map[uint64]string{1: "before stop", 2: "before kill"} {
+		m, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("message %d after restarts: %v", seq, err)
+		}
+		if string(m.Data) != want {
+			t.Errorf("message %d = %q, want %q", seq, m.Data, want)
+		}
+	}
+}
+
+// TestNATSStartFailsOnATakenPort: the server exits at once and Start says why, from its log.
+func TestNATSStartFailsOnATakenPort(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	in := installed(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	cfg := natsConfig(t, in)
+	cfg.Port = taken.Addr().(*net.TCPAddr).Port
+	s, err := servers.NewNATS(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Start(ctx)
+	if err == nil {
+		_ = s.Kill(ctx)
+		t.Fatal("started on a taken port")
+	}
+	if !strings.Contains(err.Error(), "exited before it was ready") || !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("error does not say why: %v", err)
+	}
+}
+
+func startClickHouse(t *testing.T, ctx context.Context, in servers.Installed) *servers.ClickHouseServer {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := servers.NewClickHouse(servers.ClickHouse{
+		Launcher: in.Chlaunch, Lib: in.Libchdb, TCPPort: freePort(t), HTTPPort: freePort(t),
+		DataDir: filepath.Join(dir, "data"), ConfigFile: filepath.Join(dir, "config.xml"),
+		EngineLog: filepath.Join(dir, "clickhouse-server.log"), EngineErrorLog: filepath.Join(dir, "clickhouse-server.err.log"),
+		Log: filepath.Join(dir, "clickhouse.log"), DieWithCaller: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.Kill(context.Background())
+		if t.Failed() {
+			t.Logf("clickhouse: %s", s.LogTail())
+		}
+	})
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestClickHouseKeepsRowsAcrossStopAndKill(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	s := startClickHouse(t, ctx, installed(t))
+
+	if version := chHTTP(t, s, "SELECT version()"); !strings.HasPrefix(version, "26.") {
+		t.Fatalf("SELECT version() = %q, want 26.x", version)
+	}
+	chHTTP(t, s, "CREATE TABLE default.restart_check (id UInt32, note String) ENGINE = MergeTree ORDER BY id")
+	chHTTP(t, s, "INSERT INTO default.restart_check VALUES (1, 'before stop')")
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	chHTTP(t, s, "INSERT INTO default.restart_check VALUES (2, 'before kill')")
+	if err := s.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := chHTTP(t, s, "SELECT id, note FROM default.restart_check ORDER BY id FORMAT TSV"), "1\tbefore stop\n2\tbefore kill"; got != want {
+		t.Fatalf("rows after restarts = %q, want %q", got, want)
+	}
+
+	// Addr reaches the same server over the native protocol.
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{s.Addr()}})
+	if err != nil {
+		t.Fatalf("open native connection to %s: %v", s.Addr(), err)
+	}
+	defer conn.Close()
+	var n uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM default.restart_check").Scan(&n); err != nil {
+		t.Fatalf("count over the native protocol: %v", err)
+	}
+	if n != 2 {
+		t.Fatalf("count over the native protocol = %d, want 2", n)
+	}
+
+	// The engine keeps its own log, through the config Prepare wrote: each of the three starts
+	// wrote its pid there.
+	engineLog, err := os.ReadFile(s.Config().EngineLog)
+	if err != nil {
+		t.Fatalf("read the engine log: %v", err)
+	}
+	if got := strings.Count(string(engineLog), "StatusFile: Writing pid"); got != 3 {
+		t.Fatalf("engine log has %d start lines (StatusFile: Writing pid), want 3", got)
+	}
+}
+
+// TestClickHouseSurvivesFailedNativeConnections covers what used to end the whole engine
+// (clickhouse-local terminates on any exception leaving a connection thread; chlaunch disarms that):
+// each failed native connection must leave the server serving the next client.
+func TestClickHouseSurvivesFailedNativeConnections(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	s := startClickHouse(t, ctx, installed(t))
+	tests := []struct {
+		name    string
+		connect func(ctx context.Context) error
+		want    string // in the client's error; empty when the client sees none
+	}{
+		{"default database does not exist", func(ctx context.Context) error {
+			return nativePing(ctx, s, clickhouse.Auth{Database: "no_such_database"})
+		}, "no_such_database does not exist"},
+		{"wrong password", func(ctx context.Context) error {
+			return nativePing(ctx, s, clickhouse.Auth{Username: "default", Password: "wrong"})
+		}, "Authentication failed"},
+		{"handshake cut short", func(ctx context.Context) error {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", s.Addr())
+			if err != nil {
+				return err
+			}
+			// The first bytes of a Hello packet, then a normal close.
+			if _, err := c.Write([]byte{0, 10, 'c', 'l', 'i'}); err != nil {
+				return err
+			}
+			return c.Close()
+		}, ""},
+		{"connection reset before the handshake", func(ctx context.Context) error {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", s.Addr())
+			if err != nil {
+				return err
+			}
+			// Linger 0 makes Close send RST.
+			if err := c.(*net.TCPConn).SetLinger(0); err != nil {
+				return err
+			}
+			return c.Close()
+		}, ""},
+	}
+	for _, tc := range tests {
+		err := tc.connect(ctx)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+		// A native ping runs after the engine has handled the failed connection (one connection
+		// at a time here); a dying engine would not answer it, or would be gone by the HTTP check.
+		if err := nativePing(ctx, s, clickhouse.Auth{}); err != nil {
+			t.Fatalf("after %s: native ping: %v", tc.name, err)
+		}
+		if got := chHTTP(t, s, "SELECT 1"); got != "1" {
+			t.Fatalf("after %s: SELECT 1 = %q", tc.name, got)
+		}
+		if s.Crashed() || !s.Running() {
+			t.Fatalf("after %s: the server exited (%v)", tc.name, s.Err())
+		}
+	}
+}
+
+func TestClickHouseConfigFollowsTheLogPolicy(t *testing.T) {
+	dir := t.TempDir()
+	c := servers.ClickHouse{
+		Launcher: "chlaunch", Lib: "libchdb.so", TCPPort: 1, HTTPPort: 2,
+		DataDir: filepath.Join(dir, "data"), ConfigFile: filepath.Join(dir, "conf", "config.xml"),
+		EngineLog: filepath.Join(dir, "a&b.log"), EngineErrorLog: filepath.Join(dir, "err.log"), Log: filepath.Join(dir, "out.log"),
+		UsersFile: filepath.Join(dir, "users.xml"),
+	}
+	if err := c.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(c.ConfigFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := string(raw)
+	for _, want := range []string{
+		"<log>" + filepath.Join(dir, "a&amp;b.log") + "</log>",
+		"<size>20M</size>", "<count>5</count>", "<errorlog_level>error</errorlog_level>",
+		"<users_xml><path>" + c.UsersFile + "</path></users_xml>",
+	} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("config lacks %q:\n%s", want, conf)
+		}
+	}
+	if _, err := os.Stat(c.DataDir); err != nil {
+		t.Errorf("data directory: %v", err)
+	}
+	if err := (servers.ClickHouse{}).Prepare(); err == nil {
+		t.Error("Prepare accepted an empty description")
+	}
+}
+
+func TestLastCrash(t *testing.T) {
+	got, err := servers.LastCrash(filepath.Join("testdata", "crash.err.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join("testdata", "crash.report"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != strings.TrimRight(string(want), "\n") {
+		t.Errorf("LastCrash =\n%s\nwant\n%s", got, want)
+	}
+	if got, err := servers.LastCrash(filepath.Join(t.TempDir(), "absent.log")); got != "" || err != nil {
+		t.Errorf("LastCrash of a missing log = %q, %v", got, err)
+	}
+}
+
+func TestInstalledCheck(t *testing.T) {
+	in := servers.InstalledIn(t.TempDir())
+	if err := in.Check(); !errors.Is(err, servers.ErrNotInstalled) || !strings.Contains(err.Error(), "nats-server") {
+		t.Errorf("Check of an empty cache: %v", err)
+	}
+	t.Setenv(servers.CacheDirEnv, "/elsewhere")
+	if got := servers.CacheDir("/repo"); got != "/elsewhere" {
+		t.Errorf("CacheDir with %s set = %s", servers.CacheDirEnv, got)
+	}
+	t.Setenv(servers.CacheDirEnv, "")
+	if got := servers.CacheDir("/repo"); got != "/repo/.cache" {
+		t.Errorf("CacheDir = %s", got)
+	}
+	wd, _ := os.Getwd()
+	root := filepath.Dir(filepath.Dir(wd)) // dev/servers
+	if got, err := servers.RepoCacheDir(wd); err != nil || got != filepath.Join(root, ".cache") {
+		t.Errorf("RepoCacheDir(%s) = %s, %v", wd, got, err)
+	}
+	if _, err := servers.RepoCacheDir("/"); err == nil {
+		t.Error("RepoCacheDir found a repository at /")
+	}
+}
+
+func nativePing(ctx context.Context, s *servers.ClickHouseServer, auth clickhouse.Auth) error {
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{s.Addr()}, Auth: auth, DialTimeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Ping(ctx)
+}
+
+func natsConnect(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatalf("connect to %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// chHTTP runs one statement over the HTTP interface and returns the answer without the trailing newline.
+func chHTTP(t *testing.T, s *servers.ClickHouseServer, query string) string {
+	t.Helper()
+	resp, err := http.Post(s.HTTPURL()+"/?"+url.Values{"query": {query}}.Encode(), "text/plain", nil)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s: read answer: %v", query, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %s: %s", query, resp.Status, body)
+	}
+	return strings.TrimRight(string(body), "\n")
+}

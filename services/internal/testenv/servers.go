@@ -1,0 +1,221 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/servescope/servescope/dev/proc"
+	"github.com/servescope/servescope/dev/servers"
+)
+
+// Private servers for fault tests: each StartNATS/StartClickHouse call runs its own server process
+// (dev/servers, through dev/proc) on free loopback ports with its data under t.TempDir(), so a test
+// can stop, kill and restart it without disturbing the shared servers other tests use. The
+// programs are the ones scripts/dev-services installs under its cache directory. These are the
+// testing.TB face of dev/servers: each method fails the test on error and must run on the test's
+// goroutine. A server is killed when its test ends (a clean shutdown is no use to a discarded
+// TempDir), and when the test failed its logs' tails are shown.
+
+// NATSServer is a private nats-server with JetStream on 127.0.0.1. Its port and JetStream store
+// stay the same across Stop/Kill and Start, so streams and acknowledged messages survive a restart.
+type NATSServer struct {
+	t testing.TB
+	s *servers.NATSServer
+}
+
+// StartNATS starts a private nats-server with JetStream on two free loopback ports (client and
+// monitoring), its store under t.TempDir(), and returns once /healthz?js-enabled-only=true answers 200.
+func StartNATS(t testing.TB) *NATSServer {
+	t.Helper()
+	in := installed(t)
+	dir := t.TempDir()
+	port := freePort(t)
+	s, err := servers.NewNATS(servers.NATS{
+		Bin:         in.NATSServer,
+		Port:        port,
+		MonitorPort: freePort(t),
+		StoreDir:    filepath.Join(dir, "jetstream"),
+		ServerName:  "testenv-" + strconv.Itoa(port),
+		Log:         filepath.Join(dir, "nats-server.log"),
+		// A test binary killed by its timeout leaves no server behind.
+		DieWithCaller: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &NATSServer{t: t, s: s}
+	supervise(t, s.Process)
+	n.Start()
+	return n
+}
+
+// URL is the client URL, nats://127.0.0.1:<port>; it stays valid across restarts.
+func (n *NATSServer) URL() string { return n.s.URL() }
+
+// StoreDir is the JetStream store directory; it survives Stop, Kill and Start.
+func (n *NATSServer) StoreDir() string { return n.s.Config().StoreDir }
+
+// Start (re)starts the server on the same port with the same store and waits until it is healthy.
+func (n *NATSServer) Start() { n.t.Helper(); start(n.t, n.s.Process) }
+
+// Stop sends SIGTERM (nats-server then shuts down cleanly) and waits for the process to exit,
+// escalating to SIGKILL after 15 s (a test error). Stopping a stopped server does nothing.
+func (n *NATSServer) Stop() { n.t.Helper(); stop(n.t, n.s.Process) }
+
+// Kill sends SIGKILL, as a crash would, and waits for the process to exit.
+func (n *NATSServer) Kill() { n.t.Helper(); kill(n.t, n.s.Process) }
+
+// ClickHouseServer is a private ClickHouse server (the engine in libchdb.so, run by chlaunch) on
+// 127.0.0.1. Its ports and data path stay the same across Stop/Kill and Start, so tables and
+// acknowledged inserts survive a restart.
+type ClickHouseServer struct {
+	t testing.TB
+	s *servers.ClickHouseServer
+}
+
+// StartClickHouse starts a private ClickHouse server on two free loopback ports (native and HTTP)
+// with its data under t.TempDir(), and returns once HTTP `SELECT 1` answers 1. The engine's own log
+// is [ClickHouseServer.EngineLog].
+func StartClickHouse(t testing.TB) *ClickHouseServer {
+	t.Helper()
+	return startClickHouse(t, "")
+}
+
+// StartClickHouseUsers starts a private ClickHouse server like [StartClickHouse] whose users and
+// roles come from a users.xml file: usersXML is a whole <clickhouse> document with <users>,
+// <roles>, <profiles> and <quotas> sections (see security.UsersXML). It must keep a `default` user
+// without password, which the readiness check and the test's admin connection use. The engine in
+// libchdb.so only has the read-only users_xml access storage (CREATE USER and CREATE ROLE fail with
+// ACCESS_STORAGE_FOR_INSERTION_NOT_FOUND), so file-defined users are the way to test privileges on it.
+func StartClickHouseUsers(t testing.TB, usersXML string) *ClickHouseServer {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "users.xml")
+	if err := os.WriteFile(path, []byte(usersXML), 0o600); err != nil {
+		t.Fatalf("write ClickHouse users.xml: %v", err)
+	}
+	return startClickHouse(t, path)
+}
+
+func startClickHouse(t testing.TB, usersFile string) *ClickHouseServer {
+	t.Helper()
+	in := installed(t)
+	dir := t.TempDir()
+	s, err := servers.NewClickHouse(servers.ClickHouse{
+		Launcher:       in.Chlaunch,
+		Lib:            in.Libchdb,
+		TCPPort:        freePort(t),
+		HTTPPort:       freePort(t),
+		DataDir:        filepath.Join(dir, "data"),
+		ConfigFile:     filepath.Join(dir, "config.xml"),
+		EngineLog:      filepath.Join(dir, "clickhouse-server.log"),
+		EngineErrorLog: filepath.Join(dir, "clickhouse-server.err.log"),
+		UsersFile:      usersFile,
+		Log:            filepath.Join(dir, "clickhouse.log"),
+		DieWithCaller:  true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &ClickHouseServer{t: t, s: s}
+	supervise(t, s.Process)
+	c.Start()
+	return c
+}
+
+// Addr is the native protocol address, 127.0.0.1:<port>, for clickhouse-go.
+func (c *ClickHouseServer) Addr() string { return c.s.Addr() }
+
+// HTTPURL is the HTTP interface's base URL, http://127.0.0.1:<port>, without a trailing slash.
+func (c *ClickHouseServer) HTTPURL() string { return c.s.HTTPURL() }
+
+// DataDir is the server's data path; it survives Stop, Kill and Start.
+func (c *ClickHouseServer) DataDir() string { return c.s.Config().DataDir }
+
+// EngineLog is the engine's own log at level information, beside the data path; a crash report
+// (signal, query, stack) lands here and in the error log next to it.
+func (c *ClickHouseServer) EngineLog() string { return c.s.Config().EngineLog }
+
+// Start (re)starts the server on the same ports and data path and waits until `SELECT 1` answers.
+func (c *ClickHouseServer) Start() { c.t.Helper(); start(c.t, c.s.Process) }
+
+// Stop sends SIGTERM and waits for the process to exit. The launcher exits at once on SIGTERM,
+// without the engine's graceful cancel; acknowledged inserts are already on disk. Stopping a stopped
+// server does nothing.
+func (c *ClickHouseServer) Stop() { c.t.Helper(); stop(c.t, c.s.Process) }
+
+// Kill sends SIGKILL, as a crash would, and waits for the process to exit.
+func (c *ClickHouseServer) Kill() { c.t.Helper(); kill(c.t, c.s.Process) }
+
+func start(t testing.TB, p *proc.Process) {
+	t.Helper()
+	if err := p.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func stop(t testing.TB, p *proc.Process) {
+	t.Helper()
+	err := p.Stop(t.Context())
+	switch {
+	case errors.Is(err, proc.ErrKilledAfterGrace):
+		// The server is gone all the same; the test may go on, but it should not pass.
+		t.Error(err)
+	case err != nil:
+		t.Fatal(err)
+	}
+}
+
+func kill(t testing.TB, p *proc.Process) {
+	t.Helper()
+	if err := p.Kill(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// supervise kills p when the test ends and shows its logs' tails when the test failed.
+func supervise(t testing.TB, p *proc.Process) {
+	t.Cleanup(func() {
+		_ = p.Kill(context.Background())
+		if t.Failed() && p.Pid() != 0 {
+			t.Logf("%s: %s", p.Spec().Name, p.LogTail())
+		}
+	})
+}
+
+// installed returns the server programs scripts/dev-services installed, ending the test through
+// Unavailable when one is missing, like an unreachable shared server: a failure under
+// SERVESCOPE_REQUIRE_INTEGRATION=1, a skip otherwise.
+func installed(t testing.TB) servers.Installed {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := servers.RepoCacheDir(wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := servers.InstalledIn(cache)
+	if err := in.Check(); err != nil {
+		Unavailable(t, "%v", err)
+	}
+	return in
+}
+
+// freePort returns a loopback TCP port that was free a moment ago. The kernel does not hand the
+// same ephemeral port out again soon, which is what makes the short gap before the server binds safe
+// in practice.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("pick a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
