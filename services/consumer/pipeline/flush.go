@@ -95,6 +95,9 @@ func (p *Pipeline) insertPart(ctx context.Context, whole, part *batch) (next []*
 		}
 		v := sink.Classify(err)
 		p.metrics.InsertErrors.WithLabelValues(part.table, v.Class.String()).Inc()
+		if v.Class == sink.Split || v.Class == sink.Refuse {
+			p.answered(part.table)
+		}
 		switch v.Class {
 		case sink.Split:
 			if len(part.msgs) > 1 {
@@ -117,6 +120,7 @@ func (p *Pipeline) insertPart(ctx context.Context, whole, part *batch) (next []*
 		case sink.Unknown:
 			part.unknownLeft--
 			if part.unknownLeft <= 0 {
+				p.answered(part.table)
 				if len(part.msgs) > 1 {
 					p.log.Warn("insert keeps failing with an exception code not known to be transient; looking for the rows it refuses", "table", part.table, "rows", len(part.msgs), "code", v.Code, "error", v.Message)
 					return p.halves(part, 1), nil, true
@@ -151,7 +155,7 @@ func (p *Pipeline) landed(part *batch, start time.Time, attempt int) {
 		part.hintFor.noHint = true
 	}
 	p.ack(part)
-	p.sinkErr.Store(nil)
+	p.answered(part.table)
 	n := len(part.msgs)
 	p.inserted.Add(uint64(n))
 	p.metrics.RowsInserted.WithLabelValues(part.table).Add(float64(n))
@@ -162,12 +166,23 @@ func (p *Pipeline) landed(part *batch, start time.Time, attempt int) {
 	}
 }
 
+// answered records that ClickHouse took or judged an insert into table: whatever failed before
+// is over.
+func (p *Pipeline) answered(table string) {
+	p.failMu.Lock()
+	delete(p.failures, table)
+	p.failMu.Unlock()
+}
+
+// failing records that inserts into table fail for a reason that is retried.
 func (p *Pipeline) failing(table string, v sink.Verdict) {
 	msg := "inserts into " + table + " failing: " + v.Message
 	if v.Code != 0 {
 		msg = fmt.Sprintf("inserts into %s failing: code %d %s: %s", table, v.Code, v.Name, v.Message)
 	}
-	p.sinkErr.Store(&msg)
+	p.failMu.Lock()
+	p.failures[table] = msg
+	p.failMu.Unlock()
 }
 
 // halves splits b in two, each part getting unknownLeft attempts for Unknown errors; the first

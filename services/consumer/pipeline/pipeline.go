@@ -227,7 +227,8 @@ type Pipeline struct {
 	metrics *Metrics
 	log     *slog.Logger
 
-	sinkErr  atomic.Pointer[string] // nil while inserts succeed
+	failMu   sync.Mutex
+	failures map[string]string // table → why its inserts fail; absent while they succeed
 	acked    atomic.Uint64
 	inserted atomic.Uint64
 }
@@ -235,17 +236,23 @@ type Pipeline struct {
 // New returns a pipeline reading from cons (created with [ConsumerConfig]), writing to snk and
 // dead-lettering through js on topo's dead-letter subjects.
 func New(set Settings, topo bus.Topology, js jetstream.JetStream, cons jetstream.Consumer, snk Sink, m *Metrics, log *slog.Logger) *Pipeline {
-	return &Pipeline{set: set.withDefaults(), topo: topo, js: js, cons: cons, sink: snk, metrics: m, log: log}
+	return &Pipeline{set: set.withDefaults(), topo: topo, js: js, cons: cons, sink: snk, metrics: m, log: log, failures: map[string]string{}}
 }
 
-// SinkError is "" while inserts succeed, and from an insert failing for a reason that is retried
-// (ClickHouse unreachable, overloaded, not set up) until the next successful insert, what failed.
-// Rows refused for their values do not count: they are dead-lettered and the pipeline goes on.
+// SinkError is "" while inserts succeed, else what failed: for each table whose last insert
+// attempt failed for a reason that is retried (ClickHouse unreachable, overloaded, not set up),
+// until an insert into it succeeds. Rows refused for their values do not count: they are
+// dead-lettered and the pipeline goes on.
 func (p *Pipeline) SinkError() string {
-	if e := p.sinkErr.Load(); e != nil {
-		return *e
+	p.failMu.Lock()
+	defer p.failMu.Unlock()
+	var out []string
+	for _, table := range sink.Tables() {
+		if why, ok := p.failures[table]; ok {
+			out = append(out, why)
+		}
 	}
-	return ""
+	return strings.Join(out, "; ")
 }
 
 // Acked is the number of messages acknowledged or terminated so far.
