@@ -39,8 +39,10 @@
 //     F = min(R, 1000) messages requested and buffered ahead of the decoders (PullMaxMessages,
 //     and at most max(32 MiB, the server's max_payload) of them), asking for more when half are
 //     taken;
-//   - a table's batch is inserted when it holds R rows, when its oldest row is T old, or — when
-//     all tables together hold 2R rows — the largest one at once;
+//   - a table's batch is sealed when it holds R rows, when its oldest row is T old, or — when
+//     all tables together hold 2R rows — the largest one at once; a sealed batch still waiting
+//     for an inserter takes the next sealed batch of its table up to R rows, so that slow
+//     inserts get larger rather than more numerous;
 //   - two inserts run at a time, so one slow insert does not hold up the next batch;
 //   - MaxAckPending = 4R + F: up to 2R rows being batched, two batches being inserted, F
 //     messages buffered or being decoded. JetStream stops delivering at that count, which caps
@@ -61,36 +63,7 @@
 //     (bus.Topology.DLQSubject) with the reason, original subject and stream sequence in
 //     headers, then terminated. It takes a row in the ingest_errors batch and never fails or
 //     delays the batch of its good neighbours.
-//   - An insert not accepted: sink.Classify sorts the error by ClickHouse exception code (the
-//     list is in package sink's documentation) and the batch is handled by class:
-//     Retry (ClickHouse down, overloaded, shutting down; a table, column or grant missing): the
-//     batch stays unacknowledged and is retried unchanged with capped exponential backoff and
-//     jitter; [Pipeline.SinkError] names the failure until an insert succeeds again. Intake
-//     stops by itself when MaxAckPending messages are held, and the backlog drains after
-//     recovery. Nothing is dead-lettered for it, however long it lasts.
-//     Split (code 252, too many partitions in one INSERT block — a backfill spanning more days
-//     than max_partitions_per_insert_block): the batch is halved, and each half inserted on its
-//     own, halved again if need be, until every part is accepted.
-//     Refuse (a row's value is refused: parse, type, range, constraint errors): when ClickHouse's
-//     message points at the row ("violated at row N"), that row is inserted alone to confirm
-//     it, then the rest; otherwise, or once a pointer proved wrong, the batch is halved until
-//     the refused rows stand alone. Every other part lands (and is acknowledged) once, and each
-//     refused row goes with ClickHouse's message to ingest_errors and the dead-letter stream,
-//     then is terminated. One refused row costs two inserts with a pointer, about 2 log2 R
-//     without. Rows the sink sets aside before sending are
-//     dead-lettered without splitting: rows the client cannot encode into the server's column
-//     types (a column's type changed under the consumer: clickhouse-go converts no Go type to
-//     another column type, so every row of the table until the consumer is updated, while an
-//     Enum refuses only the values it lacks), and rows older than their table's TTL,
-//     which ClickHouse would drop at insert without an error (the TTL is re-read every minute;
-//     raise it with `servescope migrate ttl` before a backfill, and the rows are kept).
-//     Unknown (a code the table does not list): retried like Retry for 10 attempts (about 10–20 s
-//     at the default backoff); then the batch is halved, each part tried once, and a single row
-//     still refused is dead-lettered with ClickHouse's message. A server-wide unknown failure
-//     thus dead-letters rather than stalls: bounded, and every row kept in the dead-letter
-//     stream and ingest_errors.
-//     A row that ingest_errors itself refuses is published to the dead-letter stream only, with
-//     both reasons, and terminated.
+//   - An insert not accepted: see the next section.
 //   - A dead letter larger than the server's max_payload with its headers (a payload near the
 //     limit): the reason header is shortened, then the payload cut, with its full length in
 //     bus.HeaderDLQPayloadTruncated; ingest_errors keeps the whole payload.
@@ -102,6 +75,41 @@
 //     client are taken), everything taken is inserted and acknowledged, waiting at most
 //     Settings.ShutdownTimeout for ClickHouse; what is left then stays unacknowledged for
 //     redelivery.
+//
+// # When ClickHouse does not accept an insert
+//
+// sink.Classify sorts the error by ClickHouse exception code (the table is in package sink's
+// documentation), and the batch is handled by class; every part of it that lands is
+// acknowledged at once:
+//
+//   - Retry (ClickHouse down, overloaded or shutting down; a table, column or grant missing):
+//     the batch stays unacknowledged and is retried unchanged with capped exponential backoff
+//     and jitter; [Pipeline.SinkError] names the failure until ClickHouse answers again. Intake
+//     stops by itself when MaxAckPending messages are held, and the backlog drains after
+//     recovery. Nothing is dead-lettered for it, however long it lasts.
+//   - Split (code 252, too many partitions in one INSERT block: a backfill spanning more days
+//     than max_partitions_per_insert_block): the batch is halved, each half inserted on its own
+//     and halved again if need be, until every part is accepted.
+//   - Refuse (a value is refused: parse, type, range, constraint errors): when ClickHouse's
+//     message points at the row ("violated at row N"), that row is inserted alone to confirm
+//     it, then the rest; otherwise, or once a pointer proved wrong, the batch is halved until
+//     the refused rows stand alone. Each refused row goes with ClickHouse's message to
+//     ingest_errors and the dead-letter stream and is terminated; the rest lands once. One
+//     refused row costs two inserts with a pointer, about 2 log2 R without.
+//   - Rows the sink sets aside before sending are dead-lettered the same way, without
+//     splitting: rows the client cannot encode into the server's column types (a column's type
+//     changed under the consumer: clickhouse-go converts no Go type to another column type, so
+//     that refuses every row of the table until the consumer is updated, while an Enum refuses
+//     only the values it lacks), and rows older than their table's TTL, which ClickHouse would
+//     drop at insert without an error (the TTLs are re-read every minute; raise one with
+//     `servescope migrate ttl` before a backfill and the rows are kept).
+//   - Unknown (a code the table does not list): retried like Retry for 10 attempts (about
+//     10–20 s at the default backoff); then the batch is halved, each part tried once, and a
+//     single row still failing is dead-lettered with ClickHouse's message. A server-wide unknown
+//     failure thus dead-letters rather than stalls: bounded, with every row kept in the
+//     dead-letter stream and ingest_errors.
+//   - A row that ingest_errors itself refuses is published to the dead-letter stream only, with
+//     both reasons, and terminated.
 package pipeline
 
 import (
@@ -302,6 +310,18 @@ func (b *batch) add(it item, now time.Time) {
 	}
 }
 
+// merge appends o's messages to b. b keeps the earlier start, and the earlier of the two ack
+// timer resets, so that keepAlive is never late for any of them.
+func (b *batch) merge(o *batch) {
+	b.msgs = append(b.msgs, o.msgs...)
+	b.events = append(b.events, o.events...)
+	b.errs = append(b.errs, o.errs...)
+	b.reasons = append(b.reasons, o.reasons...)
+	if o.touched.Before(b.touched) {
+		b.touched = o.touched
+	}
+}
+
 // Run consumes until ctx ends, then finishes what it took (see the package documentation) and
 // returns. It retries every failure itself and returns nil.
 func (p *Pipeline) Run(ctx context.Context) error {
@@ -373,6 +393,14 @@ func (p *Pipeline) batchLoop(in <-chan []item, out chan<- *batch) {
 	seal := func(b *batch) {
 		delete(open, b.table)
 		held -= len(b.msgs)
+		// A batch of the same table still waiting for an inserter takes these rows, up to R: when
+		// inserts are slow, batches grow instead of queueing many small inserts behind each other.
+		for _, q := range queue {
+			if q.table == b.table && len(q.msgs)+len(b.msgs) <= p.set.BatchRows {
+				q.merge(b)
+				return
+			}
+		}
 		queue = append(queue, b)
 	}
 	tick := time.NewTicker(p.set.tick())
