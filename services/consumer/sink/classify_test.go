@@ -58,8 +58,15 @@ func TestClassify(t *testing.T) {
 	if v.Class != Refuse || len(v.Rows) != 2 || v.Rows[1] != 7 || v.Reasons[1] != "b" {
 		t.Errorf("Classify(RowsError) = %+v, want Refuse of rows 2 and 7 with their reasons", v)
 	}
-	if v := Classify(exception(469, "Constraint `c` is violated")); v.Reason() != "ClickHouse refused the row: code 469 VIOLATED_CONSTRAINT: Constraint `c` is violated" {
-		t.Errorf("Reason = %q", v.Reason())
+	if v := Classify(exception(469, "Constraint `c` is violated")); v.Reason() != "ClickHouse refused the row: code 469 VIOLATED_CONSTRAINT: Constraint `c` is violated" || v.Row != -1 {
+		t.Errorf("Reason = %q, Row = %d", v.Reason(), v.Row)
+	}
+	// ClickHouse's 1-based pointer at the refused row becomes a 0-based hint, for refusals only.
+	if v := Classify(exception(469, "Constraint `c` for table db.t (uuid) is violated at row 17. Expression: (x > 0)")); v.Row != 16 {
+		t.Errorf("Row = %d, want 16", v.Row)
+	}
+	if v := Classify(exception(241, "Memory limit exceeded at row 17")); v.Row != -1 {
+		t.Errorf("Row of a Retry = %d, want -1", v.Row)
 	}
 }
 

@@ -41,7 +41,9 @@
 //     321 VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE, 349 CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN,
 //     376 CANNOT_PARSE_UUID, 395 FUNCTION_THROW_IF_VALUE_IS_NON_ZERO, 407 DECIMAL_OVERFLOW,
 //     467 CANNOT_PARSE_BOOL, 469 VIOLATED_CONSTRAINT, 691 UNKNOWN_ELEMENT_OF_ENUM. ClickHouse
-//     does not say which row; the caller finds it by splitting. Two kinds of rows are Refuse
+//     refuses the whole batch; its message may point at the row ("violated at row N",
+//     [Verdict.Row]), which the caller confirms by inserting that row alone, and otherwise the
+//     caller finds the row by splitting. Two kinds of rows are Refuse
 //     before anything is sent, named one by one in a [RowsError]: rows the client cannot encode
 //     into the column types the server declares (a column's type changed under the consumer),
 //     and rows older than the table's TTL, which ClickHouse would drop at insert without an
