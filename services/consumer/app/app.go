@@ -1,5 +1,7 @@
 // Package app wires the consumer: configuration, connections to NATS and ClickHouse, the
-// durable consumer, the pipeline and the metrics/health HTTP server.
+// durable consumer, the pipeline and the HTTP server of /metrics, /healthz (the process is
+// alive; never asks a dependency) and /readyz (NATS connected, ClickHouse answering, inserts
+// not failing).
 package app
 
 import (
@@ -9,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -54,11 +57,14 @@ func (c *Config) Validate() error {
 	return c.Settings().Validate()
 }
 
-// retryDelay bounds the backoff while waiting for NATS or ClickHouse at start.
+// retryDelayMax bounds the backoff while waiting for NATS or ClickHouse at start.
 const retryDelayMax = 10 * time.Second
 
-// Run runs the consumer until ctx ends, then shuts down gracefully: stop fetching, insert and
-// acknowledge what was fetched, exit. ln serves the HTTP endpoints; nil means listen on
+// readyPingTimeout bounds /readyz's ping of ClickHouse.
+const readyPingTimeout = 2 * time.Second
+
+// Run runs the consumer until ctx ends, then shuts down gracefully: drain the consumption,
+// insert and acknowledge what was taken, exit. ln serves the HTTP endpoints; nil means listen on
 // cfg.MetricsAddr. It returns an error only for what retrying cannot fix: a listen failure,
 // invalid credentials files, or missing tables (run `servescope migrate up`).
 func Run(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) error {
@@ -73,23 +79,39 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) err
 	metrics := pipeline.NewMetrics(reg)
 
 	var (
-		running atomic.Bool
-		pipe    atomic.Pointer[pipeline.Pipeline]
-		nc      atomic.Pointer[nats.Conn]
+		stage atomic.Pointer[string] // what start-up waits for; nil once consuming
+		nc    atomic.Pointer[nats.Conn]
+		ch    atomic.Pointer[driver.Conn]
+		pipe  atomic.Pointer[pipeline.Pipeline]
 	)
+	setStage := func(s string) { stage.Store(&s) }
+	setStage("connecting to NATS")
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// /healthz: the process is alive and serving; it never asks NATS or ClickHouse, so that an
+	// outage of either does not get the consumer restarted (it waits and recovers by itself).
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		var why string
-		switch c, p := nc.Load(), pipe.Load(); {
-		case !running.Load() || p == nil:
-			why = "starting"
-		case c == nil || !c.IsConnected():
-			why = "NATS disconnected"
-		case !p.SinkHealthy():
-			why = "ClickHouse inserts failing"
-		}
+	// /readyz: NATS is connected, ClickHouse answers a ping, and inserts are not failing.
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		why := func() string {
+			if s := stage.Load(); s != nil {
+				return "starting: " + *s
+			}
+			if c := nc.Load(); c == nil || !c.IsConnected() {
+				return "NATS disconnected"
+			}
+			if c := ch.Load(); c != nil {
+				pctx, cancel := context.WithTimeout(r.Context(), readyPingTimeout)
+				defer cancel()
+				if err := (*c).Ping(pctx); err != nil {
+					return "ClickHouse does not answer: " + err.Error()
+				}
+			}
+			if p := pipe.Load(); p != nil {
+				return p.SinkError()
+			}
+			return ""
+		}()
 		if why != "" {
 			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
@@ -126,6 +148,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) err
 	}
 	nc.Store(conn)
 	defer conn.Close()
+	setStage("provisioning JetStream streams")
 	js, err := jetstream.New(conn)
 	if err != nil {
 		return fmt.Errorf("JetStream context: %w", err)
@@ -138,6 +161,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) err
 	}) {
 		return nil
 	}
+	setStage("creating the durable consumer")
 	var cons jetstream.Consumer
 	if !retry(ctx, log, "create durable consumer "+set.Durable, func(ctx context.Context) error {
 		cons, err = js.CreateOrUpdateConsumer(ctx, topo.Stream(), pipeline.ConsumerConfig(topo, set))
@@ -145,7 +169,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) err
 	}) {
 		return nil
 	}
-	var ch driver.Conn
+	setStage("connecting to ClickHouse")
+	var chConn driver.Conn
 	var fatal error
 	if !retry(ctx, log, "connect to ClickHouse", func(ctx context.Context) error {
 		c, err := chstore.Open(ctx, cfg.ClickHouse)
@@ -160,7 +185,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) err
 			}
 			return err
 		}
-		ch = c
+		chConn = c
 		return nil
 	}) {
 		return nil
@@ -168,22 +193,83 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) err
 	if fatal != nil {
 		return fatal
 	}
-	defer ch.Close()
+	defer chConn.Close()
+	ch.Store(&chConn)
 
-	p := pipeline.New(set, topo, js, cons, sink.New(ch), metrics, log)
+	snk := sink.New(chConn)
+	// TTLs are in force before the first insert, so that a backfill waiting in the stream is not
+	// dropped by ClickHouse before the first reload.
+	watch := &retentionWatch{snk: snk, log: log}
+	watch.load(ctx)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); watch.run(watchCtx) }()
+	defer func() { stopWatch(); <-watchDone }()
+
+	p := pipeline.New(set, topo, js, cons, snk, metrics, log)
 	pipe.Store(p)
-	running.Store(true)
+	stage.Store(nil)
 	log.Info("consuming", "stream", topo.Stream(), "durable", set.Durable, "batch_rows", set.BatchRows,
-		"flush_interval", set.FlushInterval, "max_ack_pending", set.MaxAckPending(), "ack_wait", set.AckWait(),
+		"flush_interval", set.FlushInterval, "pull_messages", set.PullMessages(), "max_ack_pending", set.MaxAckPending(), "ack_wait", set.AckWait(),
 		"clickhouse_database", cfg.ClickHouse.Database)
 	err = p.Run(ctx)
-	running.Store(false)
+	setStage("stopping")
 	// The last acks sit in the connection's buffer; make sure the server has them before closing.
 	if ferr := conn.FlushTimeout(5 * time.Second); ferr != nil {
 		log.Warn("flush acknowledgements to NATS", "error", ferr)
 	}
 	log.Info("stopped", "acked", p.Acked(), "rows_inserted", p.Inserted())
 	return err
+}
+
+// retentionInterval is how often the tables' TTLs are re-read, as `servescope migrate ttl`
+// changes them under a running consumer.
+const retentionInterval = time.Minute
+
+// retentionWatch keeps snk's TTLs current, logging what is enforced whenever it changes.
+type retentionWatch struct {
+	snk  *sink.Sink
+	log  *slog.Logger
+	last string
+}
+
+// load reads the TTLs once. A failed read keeps the TTLs read before.
+func (w *retentionWatch) load(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	ret, err := w.snk.LoadRetention(rctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("read the tables' TTLs; rows older than them are left to ClickHouse, which drops them at insert", "error", err)
+		}
+		return
+	}
+	var parts []string
+	for _, table := range sink.Tables() {
+		if r, ok := ret[table]; ok {
+			parts = append(parts, table+": "+r.Expr)
+		} else {
+			parts = append(parts, table+": none understood")
+		}
+	}
+	if s := strings.Join(parts, ", "); s != w.last {
+		w.log.Info("rows older than their table's TTL are dead-lettered instead of dropped by ClickHouse", "ttl", s)
+		w.last = s
+	}
+}
+
+// run reloads the TTLs every retentionInterval until ctx ends.
+func (w *retentionWatch) run(ctx context.Context) {
+	t := time.NewTicker(retentionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.load(ctx)
+		}
+	}
 }
 
 // retry runs f with capped exponential backoff until it succeeds (true) or ctx ends (false).

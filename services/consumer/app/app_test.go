@@ -33,7 +33,7 @@ func TestAllKindsLandExactlyOnce(t *testing.T) {
 	want := publishEvents(t, js, topo, schema.Kinds(), 0, n, time.Now().Add(-time.Hour))
 	proc := startProcess(t, bin, processEnv(natsCfg, chCfg))
 	addr := proc.metricsAddr(t)
-	waitFor(t, 180*time.Second, func() string {
+	waitFor(t, drainDeadline, func() string {
 		if why := drained(t, js, topo); why != "" {
 			return why
 		}
@@ -102,7 +102,7 @@ func TestMalformedGoToDeadLetters(t *testing.T) {
 	waitPublished(t, js)
 
 	addr, _ := startConsumer(t, testConfig(natsCfg, chCfg))
-	waitFor(t, 60*time.Second, func() string {
+	waitFor(t, drainDeadline, func() string {
 		if why := drained(t, js, topo); why != "" {
 			return why
 		}
@@ -189,7 +189,7 @@ func TestTwoInstancesShareTheWork(t *testing.T) {
 	addrA, addrB := procA.metricsAddr(t), procB.metricsAddr(t)
 	const n = 50_000
 	want := publishEvents(t, js, topo, schema.Kinds(), 0, n, time.Now().Add(-time.Hour))
-	waitFor(t, 120*time.Second, func() string {
+	waitFor(t, drainDeadline, func() string {
 		if why := drained(t, js, topo); why != "" {
 			return why
 		}

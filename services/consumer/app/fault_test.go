@@ -142,7 +142,7 @@ func TestKill9ThenRestart(t *testing.T) {
 		return sum
 	}
 	first := startProcess(t, bin, env)
-	waitFor(t, 60*time.Second, func() string {
+	waitFor(t, drainDeadline, func() string {
 		if got := total(); got < 20_000 {
 			return fmt.Sprintf("%d rows so far, waiting for 20000 before the kill", got)
 		}
@@ -158,7 +158,7 @@ func TestKill9ThenRestart(t *testing.T) {
 
 	second := startProcess(t, bin, env)
 	// Unacknowledged messages of the killed process come back after AckWait (30 s).
-	waitFor(t, 180*time.Second, func() string {
+	waitFor(t, drainDeadline, func() string {
 		if why := drained(t, js, topo); why != "" {
 			return why
 		}
@@ -181,8 +181,9 @@ func TestKill9ThenRestart(t *testing.T) {
 	}
 }
 
-// The ClickHouse server stopped for 20 s during ingest, then started: every row lands, readiness
-// is false during the outage, and retries back off instead of spinning.
+// The ClickHouse server stopped for 30 s during ingest, then started: every row lands once,
+// nothing is dead-lettered (an outage is never a refusal), /readyz is false during the outage
+// while /healthz stays true, and retries back off instead of spinning.
 func TestClickHouseOutage(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartClickHouse(t)
@@ -213,13 +214,13 @@ func TestClickHouseOutage(t *testing.T) {
 		}
 	}
 	add(publishEvents(t, js, topo, schema.Kinds(), 0, 6_000, base))
-	waitFor(t, 60*time.Second, func() string { return landed(t, conn, want) })
+	waitFor(t, drainDeadline, func() string { return landed(t, conn, want) })
 
-	// Publish steadily through the outage: 60 rounds of 200 events, 0.5 s apart.
+	// Publish steadily through the outage: 80 rounds of 200 events, 0.5 s apart.
 	pubDone := make(chan struct{})
 	go func() {
 		defer close(pubDone)
-		for r := range 60 {
+		for r := range 80 {
 			add(publishEvents(t, js, topo, schema.Kinds(), 6_000+r*200, 200, base))
 			time.Sleep(500 * time.Millisecond)
 		}
@@ -233,30 +234,48 @@ func TestClickHouseOutage(t *testing.T) {
 		}
 		return ""
 	})
+	if code, body := httpStatus(t, addr, "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d %q during the outage: the process is alive", code, body)
+	}
 	_, held, _ := lag(t, js, topo, cfg.Durable)
-	time.Sleep(20*time.Second - time.Since(stoppedAt))
+	time.Sleep(30*time.Second - time.Since(stoppedAt))
 	errs := scrape(t, addr, "servescope_consumer_insert_errors_total")
 	srv.Start()
-	t.Logf("outage: %d messages held unacknowledged 2 s in, %v failed insert attempts in 20 s", held, errs)
-	if errs < 2 || errs > 60 {
-		t.Errorf("%v failed insert attempts during a 20 s outage: want a few (capped backoff), not a busy loop", errs)
+	t.Logf("outage: %d messages held unacknowledged 2 s in, %v failed insert attempts in 30 s", held, errs)
+	if errs < 2 || errs > 90 {
+		t.Errorf("%v failed insert attempts during a 30 s outage: want a few (capped backoff), not a busy loop", errs)
 	}
 	<-pubDone
 	mu.Lock()
 	final := maps.Clone(want)
 	mu.Unlock()
-	waitFor(t, 120*time.Second, func() string {
+	waitFor(t, drainDeadline, func() string {
 		if why := drained(t, js, topo); why != "" {
 			return why
 		}
 		return landed(t, conn, final)
 	})
-	waitFor(t, 10*time.Second, func() string {
+	waitFor(t, 30*time.Second, func() string {
 		if code, body := httpStatus(t, addr, "/readyz"); code != http.StatusOK {
 			return "/readyz after recovery: " + strconv.Itoa(code) + " " + body
 		}
 		return ""
 	})
+	for _, k := range schema.Kinds() {
+		table, _ := sink.TableFor(k)
+		if u := count(t, conn, "SELECT uniqExact(event_id) FROM "+table); u != uint64(final[k]) {
+			t.Errorf("%s: %d distinct events, want %d", table, u, final[k])
+		}
+	}
+	if n := count(t, conn, "SELECT count() FROM ingest_errors"); n != 0 {
+		t.Errorf("ingest_errors has %d rows after an outage, want 0", n)
+	}
+	if dl := deadLetters(t, js, topo); len(dl) != 0 {
+		t.Errorf("%d messages dead-lettered during an outage, first: %q", len(dl), dl[0].Headers().Get(bus.HeaderDLQReason))
+	}
+	if v := scrape(t, addr, "servescope_consumer_dead_lettered_total"); v != 0 {
+		t.Errorf("dead_lettered_total = %v after an outage, want 0", v)
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +307,7 @@ func TestNATSOutage(t *testing.T) {
 	addr, stop := startConsumer(t, testConfig(natsCfg, chCfg))
 	base := time.Now().Add(-time.Hour)
 	want := publishEvents(t, js, topo, schema.Kinds(), 0, 6000, base)
-	waitFor(t, 60*time.Second, func() string { return landed(t, conn, want) })
+	waitFor(t, drainDeadline, func() string { return landed(t, conn, want) })
 
 	srv.Stop()
 	waitFor(t, 15*time.Second, func() string {
@@ -302,7 +321,7 @@ func TestNATSOutage(t *testing.T) {
 	for k, v := range publishEvents(t, js, topo, schema.Kinds(), 6000, 6000, base) {
 		want[k] += v
 	}
-	waitFor(t, 120*time.Second, func() string {
+	waitFor(t, drainDeadline, func() string {
 		if why := drained(t, js, topo); why != "" {
 			return why
 		}

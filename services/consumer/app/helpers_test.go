@@ -121,6 +121,11 @@ func testConfig(natsCfg config.NATS, chCfg config.ClickHouse) Config {
 	}
 }
 
+// drainDeadline is how long a test waits for events to land and the consumer's lag to reach 0.
+// It is generous on purpose: the tests share a small machine with other work, where a drain
+// that takes seconds alone can take minutes; a test asserts the outcome, never the time.
+const drainDeadline = 7 * time.Minute
+
 // waitFor polls cond every 100 ms until it returns "" or timeout passes, then fails with its
 // last answer.
 func waitFor(t *testing.T, timeout time.Duration, cond func() string) {

@@ -15,19 +15,25 @@ type Metrics struct {
 	BatchRows *prometheus.HistogramVec
 	// FlushSeconds is how long one successful flush took (insert plus acks), by table.
 	FlushSeconds *prometheus.HistogramVec
-	// InsertErrors counts failed insert attempts, by table; each is retried.
+	// InsertErrors counts failed insert attempts, by table and class (retry, split, refuse,
+	// unknown: see package sink).
 	InsertErrors *prometheus.CounterVec
+	// BatchSplits counts batches (or parts of them) halved because ClickHouse refused them for
+	// their shape or for a row it did not name, by table.
+	BatchSplits *prometheus.CounterVec
 	// RowsInserted counts rows ClickHouse accepted, by table.
 	RowsInserted *prometheus.CounterVec
-	// DeadLettered counts messages sent to the dead-letter stream, by refusal reason.
+	// DeadLettered counts messages sent to the dead-letter stream, by refusal reason: the
+	// decoder's ("invalid_json", "invalid", ...) or "clickhouse" for rows ClickHouse refused.
 	DeadLettered *prometheus.CounterVec
 	// Acked counts messages acknowledged (or terminated, for dead letters) after their insert.
 	Acked prometheus.Counter
 	// AckErrors counts acks that could not be sent; those messages are redelivered and
 	// de-duplicated.
 	AckErrors prometheus.Counter
-	// FetchErrors counts failed fetches from JetStream (server unreachable, consumer gone).
-	FetchErrors prometheus.Counter
+	// ConsumeErrors counts errors reported while consuming from JetStream (missed heartbeats,
+	// the durable consumer gone, consuming stopped and restarted).
+	ConsumeErrors prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -53,7 +59,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"table"}),
 		InsertErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "servescope_consumer_insert_errors_total",
-			Help: "Failed insert attempts into ClickHouse; the batch stays unacknowledged and is retried.",
+			Help: "Failed insert attempts into ClickHouse, by class: retry (the batch is retried), split (halved), refuse (rows dead-lettered), unknown (retried a bounded number of times).",
+		}, []string{"table", "class"}),
+		BatchSplits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "servescope_consumer_batch_splits_total",
+			Help: "Batches or parts of batches halved because ClickHouse refused them for their shape or for a row it did not name.",
 		}, []string{"table"}),
 		RowsInserted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "servescope_consumer_rows_inserted_total",
@@ -61,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"table"}),
 		DeadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "servescope_consumer_dead_lettered_total",
-			Help: "Messages refused (undecodable or invalid), sent to the dead-letter stream and recorded in ingest_errors.",
+			Help: "Messages refused (undecodable, invalid, or refused by ClickHouse), sent to the dead-letter stream and recorded in ingest_errors.",
 		}, []string{"reason"}),
 		Acked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "servescope_consumer_acked_messages_total",
@@ -71,12 +81,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "servescope_consumer_ack_errors_total",
 			Help: "Acknowledgements that could not be sent; the messages are redelivered and de-duplicated.",
 		}),
-		FetchErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "servescope_consumer_fetch_errors_total",
-			Help: "Failed fetches from JetStream; fetching is retried with backoff.",
+		ConsumeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "servescope_consumer_consume_errors_total",
+			Help: "Errors reported while consuming from JetStream (missed heartbeats, consumer gone); consuming recovers or is restarted with backoff.",
 		}),
 	}
-	reg.MustRegister(m.Pending, m.AckPending, m.BatchRows, m.FlushSeconds, m.InsertErrors, m.RowsInserted,
-		m.DeadLettered, m.Acked, m.AckErrors, m.FetchErrors)
+	reg.MustRegister(m.Pending, m.AckPending, m.BatchRows, m.FlushSeconds, m.InsertErrors, m.BatchSplits,
+		m.RowsInserted, m.DeadLettered, m.Acked, m.AckErrors, m.ConsumeErrors)
 	return m
 }

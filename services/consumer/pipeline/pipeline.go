@@ -1,6 +1,6 @@
 // Package pipeline moves servescope events from the JetStream events stream into ClickHouse:
-// fetch in batches from a durable pull consumer, decode and validate, batch per table, insert,
-// and only then acknowledge.
+// consume continuously from a durable pull consumer, decode and validate, batch per table,
+// insert, and only then acknowledge.
 //
 // # Delivery guarantees
 //
@@ -27,24 +27,34 @@
 // "does any row exist" checks. Duplicates only appear after a crash or a redelivery, never in
 // normal operation.
 //
+// Every message ends acknowledged (its row landed) or terminated (it is in the dead-letter
+// stream and ingest_errors); none is retried forever and none stays pending, except while
+// ClickHouse or NATS is unavailable, when holding it is the point.
+//
 // # Sizing (documented formulas)
 //
 // With R = CONSUMER_BATCH_ROWS and T = CONSUMER_FLUSH_INTERVAL:
 //
-//   - fetch size F = min(R, 1000) messages per pull request, waiting at most min(T/2, 1 s);
-//   - a table's batch is inserted when it holds R rows, when its oldest row is T old, or — when
-//     all tables together hold 2R rows — the largest one at once;
+//   - messages arrive through nats.go's [jetstream.Consumer.Consume], which keeps up to
+//     F = min(R, 1000) messages requested and buffered ahead of the decoders (PullMaxMessages,
+//     and at most max(32 MiB, the server's max_payload) of them), asking for more when half are
+//     taken;
+//   - a table's batch is sealed when it holds R rows, when its oldest row is T old, or — when
+//     all tables together hold 2R rows — the largest one at once; a sealed batch still waiting
+//     for an inserter takes the next sealed batch of its table up to R rows, so that slow
+//     inserts get larger rather than more numerous;
 //   - two inserts run at a time, so one slow insert does not hold up the next batch;
-//   - MaxAckPending = 4R + F: up to 2R rows being batched, two batches being inserted, one fetch
-//     being decoded. JetStream stops delivering at that count, which caps the consumer's memory:
-//     about (4R + F) × 2 KB of messages and decoded events live (≈ 80 MB at the default
-//     R = 10,000 and 400-byte events), a peak RSS of about 250 MB with the garbage collector's
-//     headroom;
+//   - MaxAckPending = 4R + F: up to 2R rows being batched, two batches being inserted, F
+//     messages buffered or being decoded. JetStream stops delivering at that count, which caps
+//     the consumer's memory: about (4R + F) × 2 KB of messages and decoded events live (≈ 80 MB
+//     at the default R = 10,000 and 400-byte events), a peak RSS of about 250 MB with the
+//     garbage collector's headroom;
 //   - AckWait = max(30 s, 10 T): in normal operation a message is acknowledged within about
 //     T plus two insert times, far below it. While a batch waits for ClickHouse (an outage, a
-//     retry) the consumer sends InProgress for every message it holds each AckWait/3, so the
-//     server does not hand them to another instance while this one still has them. After a
-//     crash, the messages go to the other instances (or this one restarted) after AckWait.
+//     retry, a batch being split) the consumer sends InProgress for every message it holds each
+//     AckWait/3, so the server does not hand them to another instance while this one still has
+//     them. After a crash, the messages go to the other instances (or this one restarted) after
+//     AckWait.
 //
 // # Failures
 //
@@ -53,32 +63,66 @@
 //     (bus.Topology.DLQSubject) with the reason, original subject and stream sequence in
 //     headers, then terminated. It takes a row in the ingest_errors batch and never fails or
 //     delays the batch of its good neighbours.
-//   - ClickHouse down or an insert failing: the batch stays unacknowledged and is retried with
-//     capped exponential backoff and jitter; [Pipeline.SinkHealthy] is false until an insert
-//     succeeds again. Fetching stops by itself when MaxAckPending messages are held, and the
-//     backlog drains after recovery.
-//   - NATS down: fetches fail and are retried with backoff while nats.go reconnects (the caller
-//     connects with unlimited reconnects); acks sent meanwhile are buffered by nats.go and an
-//     ack that is lost only causes a redelivery, which the storage de-duplicates.
-//   - Shutdown (the context ends): fetching stops, everything already fetched is inserted and
-//     acknowledged, waiting at most Settings.ShutdownTimeout for ClickHouse; what is left then
-//     stays unacknowledged for redelivery.
+//   - An insert not accepted: see the next section.
+//   - A dead letter larger than the server's max_payload with its headers (a payload near the
+//     limit): the reason header is shortened, then the payload cut, with its full length in
+//     bus.HeaderDLQPayloadTruncated; ingest_errors keeps the whole payload.
+//   - NATS down: nats.go reconnects (the caller connects with unlimited reconnects) and Consume
+//     asks for messages again; acks sent meanwhile are buffered by nats.go and an ack that is
+//     lost only causes a redelivery, which the storage de-duplicates. Should consuming stop by
+//     itself (the durable consumer deleted), it is started again with backoff.
+//   - Shutdown (the context ends): the consumption is drained (messages already delivered to the
+//     client are taken), everything taken is inserted and acknowledged, waiting at most
+//     Settings.ShutdownTimeout for ClickHouse; what is left then stays unacknowledged for
+//     redelivery.
+//
+// # When ClickHouse does not accept an insert
+//
+// sink.Classify sorts the error by ClickHouse exception code (the table is in package sink's
+// documentation), and the batch is handled by class; every part of it that lands is
+// acknowledged at once:
+//
+//   - Retry (ClickHouse down, overloaded or shutting down; a table, column or grant missing):
+//     the batch stays unacknowledged and is retried unchanged with capped exponential backoff
+//     and jitter; [Pipeline.SinkError] names the failure until ClickHouse answers again. Intake
+//     stops by itself when MaxAckPending messages are held, and the backlog drains after
+//     recovery. Nothing is dead-lettered for it, however long it lasts.
+//   - Split (code 252, too many partitions in one INSERT block: a backfill spanning more days
+//     than max_partitions_per_insert_block): the batch is halved, each half inserted on its own
+//     and halved again if need be, until every part is accepted.
+//   - Refuse (a value is refused: parse, type, range, constraint errors): when ClickHouse's
+//     message points at the row ("violated at row N"), that row is inserted alone to confirm
+//     it, then the rest; otherwise, or once a pointer proved wrong, the batch is halved until
+//     the refused rows stand alone. Each refused row goes with ClickHouse's message to
+//     ingest_errors and the dead-letter stream and is terminated; the rest lands once. One
+//     refused row costs two inserts with a pointer, about 2 log2 R without.
+//   - Rows the sink sets aside before sending are dead-lettered the same way, without
+//     splitting: rows the client cannot encode into the server's column types (a column's type
+//     changed under the consumer: clickhouse-go converts no Go type to another column type, so
+//     that refuses every row of the table until the consumer is updated, while an Enum refuses
+//     only the values it lacks), and rows older than their table's TTL, which ClickHouse would
+//     drop at insert without an error (the TTLs are re-read every minute; raise one with
+//     `servescope migrate ttl` before a backfill and the rows are kept).
+//   - Unknown (a code the table does not list): retried like Retry for 10 attempts (about
+//     10–20 s at the default backoff); then the batch is halved, each part tried once, and a
+//     single row still failing is dead-lettered with ClickHouse's message. A server-wide unknown
+//     failure thus dead-letters rather than stalls: bounded, with every row kept in the
+//     dead-letter stream and ingest_errors.
+//   - A row that ingest_errors itself refuses is published to the dead-letter stream only, with
+//     both reasons, and terminated.
 package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/servescope/servescope/schema"
@@ -98,26 +142,31 @@ type Settings struct {
 	Decoders int
 	// ShutdownTimeout bounds the final inserts after the context ends; 0 means 30 s.
 	ShutdownTimeout time.Duration
-	// RetryMin and RetryMax bound the backoff between failed inserts or fetches; 0 means 100 ms
-	// and 5 s.
+	// RetryMin and RetryMax bound the backoff between failed inserts or attempts to consume; 0
+	// means 100 ms and 5 s.
 	RetryMin, RetryMax time.Duration
 }
 
-// FetchRows is the number of messages requested per pull: min(BatchRows, 1000).
-func (s Settings) FetchRows() int { return min(s.BatchRows, 1000) }
+// PullMessages is the number of messages nats.go keeps requested and buffered ahead of the
+// decoders: min(BatchRows, 1000).
+func (s Settings) PullMessages() int { return min(s.BatchRows, 1000) }
 
-// MaxAckPending is 4 × BatchRows + FetchRows (see the package documentation).
-func (s Settings) MaxAckPending() int { return 4*s.BatchRows + s.FetchRows() }
+// MaxAckPending is 4 × BatchRows + PullMessages (see the package documentation).
+func (s Settings) MaxAckPending() int { return 4*s.BatchRows + s.PullMessages() }
 
 // inserters is how many batches are inserted at a time.
 const inserters = 2
 
+// unknownAttempts is how many times a batch failing with an exception code that package sink
+// does not list is retried before it is split (see the package documentation).
+const unknownAttempts = 10
+
 // AckWait is max(30 s, 10 × FlushInterval) (see the package documentation).
 func (s Settings) AckWait() time.Duration { return max(30*time.Second, 10*s.FlushInterval) }
 
-func (s Settings) fetchWait() time.Duration {
-	return min(max(s.FlushInterval/2, 50*time.Millisecond), time.Second)
-}
+// insertTimeout bounds one insert attempt, so that a hung connection counts as a failure well
+// before the messages' AckWait runs out.
+func (s Settings) insertTimeout() time.Duration { return max(s.AckWait()/3, 10*time.Second) }
 
 func (s Settings) tick() time.Duration {
 	return min(max(s.FlushInterval/4, 10*time.Millisecond), 250*time.Millisecond)
@@ -169,7 +218,7 @@ func ConsumerConfig(t bus.Topology, s Settings) jetstream.ConsumerConfig {
 	}
 }
 
-// Sink is where batches go; *sink.Sink implements it.
+// Sink is where batches go; *sink.Sink implements it. Its errors are sorted by sink.Classify.
 type Sink interface {
 	InsertEvents(ctx context.Context, k schema.Kind, events []schema.Event, token string) error
 	InsertErrors(ctx context.Context, errs []sink.IngestError, token string) error
@@ -186,7 +235,8 @@ type Pipeline struct {
 	metrics *Metrics
 	log     *slog.Logger
 
-	sinkOK   atomic.Bool
+	failMu   sync.Mutex
+	failures map[string]string // table → why its inserts fail; absent while they succeed
 	acked    atomic.Uint64
 	inserted atomic.Uint64
 }
@@ -194,13 +244,24 @@ type Pipeline struct {
 // New returns a pipeline reading from cons (created with [ConsumerConfig]), writing to snk and
 // dead-lettering through js on topo's dead-letter subjects.
 func New(set Settings, topo bus.Topology, js jetstream.JetStream, cons jetstream.Consumer, snk Sink, m *Metrics, log *slog.Logger) *Pipeline {
-	p := &Pipeline{set: set.withDefaults(), topo: topo, js: js, cons: cons, sink: snk, metrics: m, log: log}
-	p.sinkOK.Store(true)
-	return p
+	return &Pipeline{set: set.withDefaults(), topo: topo, js: js, cons: cons, sink: snk, metrics: m, log: log, failures: map[string]string{}}
 }
 
-// SinkHealthy is false from a failed insert until the next successful one.
-func (p *Pipeline) SinkHealthy() bool { return p.sinkOK.Load() }
+// SinkError is "" while inserts succeed, else what failed: for each table whose last insert
+// attempt failed for a reason that is retried (ClickHouse unreachable, overloaded, not set up),
+// until an insert into it succeeds. Rows refused for their values do not count: they are
+// dead-lettered and the pipeline goes on.
+func (p *Pipeline) SinkError() string {
+	p.failMu.Lock()
+	defer p.failMu.Unlock()
+	var out []string
+	for _, table := range sink.Tables() {
+		if why, ok := p.failures[table]; ok {
+			out = append(out, why)
+		}
+	}
+	return strings.Join(out, "; ")
+}
 
 // Acked is the number of messages acknowledged or terminated so far.
 func (p *Pipeline) Acked() uint64 { return p.acked.Load() }
@@ -216,7 +277,8 @@ type item struct {
 	reason  string            // the refusal's metric label
 }
 
-// batch is the unacknowledged messages of one table, in arrival order.
+// batch is unacknowledged messages of one table, in arrival order, or a part of such a batch
+// being split.
 type batch struct {
 	table   string
 	kind    schema.Kind // "" for ingest_errors
@@ -225,8 +287,14 @@ type batch struct {
 	errs    []sink.IngestError
 	reasons []string
 	started time.Time // when the first message was added
-	touched time.Time // when the messages' ack timers were last reset (fetch or InProgress)
-	token   string
+	touched time.Time // when the messages' ack timers were last reset (delivery or InProgress)
+	// unknownLeft is how many more attempts an Unknown error gets before the batch is split.
+	unknownLeft int
+	// noHint is set once ClickHouse pointed at a row of the batch that it then accepted: the
+	// batch is halved instead of following its pointers. hintFor is, on a row isolated on
+	// ClickHouse's pointer, the rest of its batch.
+	noHint  bool
+	hintFor *batch
 }
 
 func (b *batch) add(it item, now time.Time) {
@@ -242,8 +310,20 @@ func (b *batch) add(it item, now time.Time) {
 	}
 }
 
-// Run consumes until ctx ends, then finishes what it fetched (see the package documentation)
-// and returns. It retries every failure itself and returns nil.
+// merge appends o's messages to b. b keeps the earlier start, and the earlier of the two ack
+// timer resets, so that keepAlive is never late for any of them.
+func (b *batch) merge(o *batch) {
+	b.msgs = append(b.msgs, o.msgs...)
+	b.events = append(b.events, o.events...)
+	b.errs = append(b.errs, o.errs...)
+	b.reasons = append(b.reasons, o.reasons...)
+	if o.touched.Before(b.touched) {
+		b.touched = o.touched
+	}
+}
+
+// Run consumes until ctx ends, then finishes what it took (see the package documentation) and
+// returns. It retries every failure itself and returns nil.
 func (p *Pipeline) Run(ctx context.Context) error {
 	// Inserts outlive ctx by at most ShutdownTimeout, so that a shutdown flushes and acks.
 	flushCtx, cancelFlush := context.WithCancel(context.WithoutCancel(ctx))
@@ -253,16 +333,16 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	})
 	defer stopTimer()
 
-	fetched := make(chan []jetstream.Msg, p.set.Decoders)
+	received := make(chan []jetstream.Msg, p.set.Decoders)
 	decoded := make(chan []item, p.set.Decoders)
 	ready := make(chan *batch)
 
 	var wg sync.WaitGroup
 	wg.Go(func() { p.pollLag(ctx) })
-	wg.Go(func() { p.fetchLoop(ctx, fetched) })
+	wg.Go(func() { p.intake(ctx, received) })
 	var decoders sync.WaitGroup
 	for range p.set.Decoders {
-		decoders.Go(func() { p.decodeLoop(fetched, decoded) })
+		decoders.Go(func() { p.decodeLoop(received, decoded) })
 	}
 	wg.Go(func() { decoders.Wait(); close(decoded) })
 	wg.Go(func() { p.batchLoop(decoded, ready) })
@@ -271,38 +351,6 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return nil
-}
-
-// fetchLoop pulls messages until ctx ends, in chunks for the decoders.
-func (p *Pipeline) fetchLoop(ctx context.Context, out chan<- []jetstream.Msg) {
-	defer close(out)
-	const chunkSize = 250
-	delay := p.set.RetryMin
-	for ctx.Err() == nil {
-		mb, err := p.cons.Fetch(p.set.FetchRows(), jetstream.FetchMaxWait(p.set.fetchWait()))
-		if err == nil {
-			chunk := make([]jetstream.Msg, 0, chunkSize)
-			for m := range mb.Messages() {
-				chunk = append(chunk, m)
-				if len(chunk) == chunkSize {
-					out <- chunk
-					chunk = make([]jetstream.Msg, 0, chunkSize)
-				}
-			}
-			if len(chunk) > 0 {
-				out <- chunk
-			}
-			err = mb.Error()
-		}
-		if err == nil || errors.Is(err, nats.ErrTimeout) {
-			delay = p.set.RetryMin
-			continue
-		}
-		p.metrics.FetchErrors.Inc()
-		p.log.Warn("fetch from JetStream failed, retrying", "stream", p.topo.Stream(), "durable", p.set.Durable, "retry_in", delay, "error", err)
-		sleep(ctx, jitter(delay))
-		delay = min(2*delay, p.set.RetryMax)
-	}
 }
 
 func (p *Pipeline) decodeLoop(in <-chan []jetstream.Msg, out chan<- []item) {
@@ -322,15 +370,20 @@ func (p *Pipeline) decodeMsg(m jetstream.Msg, now time.Time) item {
 	if err == nil {
 		return item{msg: m, event: e}
 	}
-	ref := &sink.IngestError{TS: now.UTC(), Subject: subject, Reason: err.Error(), Payload: m.Data()}
-	if meta, merr := m.Metadata(); merr == nil {
+	return item{msg: m, refusal: ingestError(m, err.Error(), now), reason: refusalReason(err)}
+}
+
+// ingestError is the ingest_errors row of message m refused for reason.
+func ingestError(m jetstream.Msg, reason string, now time.Time) *sink.IngestError {
+	ref := &sink.IngestError{TS: now.UTC(), Subject: m.Subject(), Reason: reason, Payload: m.Data()}
+	if meta, err := m.Metadata(); err == nil {
 		ref.TS, ref.StreamSeq = meta.Timestamp.UTC(), meta.Sequence.Stream
 	}
-	return item{msg: m, refusal: ref, reason: refusalReason(err)}
+	return ref
 }
 
 // batchLoop sorts items into per-table batches and hands full or due batches to the inserter.
-// It never blocks on the inserter, so it keeps receiving (and fetching stays bounded by
+// It never blocks on the inserter, so it keeps receiving (and intake stays bounded by
 // MaxAckPending) and can send InProgress for what it holds during an outage.
 func (p *Pipeline) batchLoop(in <-chan []item, out chan<- *batch) {
 	defer close(out)
@@ -340,6 +393,14 @@ func (p *Pipeline) batchLoop(in <-chan []item, out chan<- *batch) {
 	seal := func(b *batch) {
 		delete(open, b.table)
 		held -= len(b.msgs)
+		// A batch of the same table still waiting for an inserter takes these rows, up to R: when
+		// inserts are slow, batches grow instead of queueing many small inserts behind each other.
+		for _, q := range queue {
+			if q.table == b.table && len(q.msgs)+len(b.msgs) <= p.set.BatchRows {
+				q.merge(b)
+				return
+			}
+		}
 		queue = append(queue, b)
 	}
 	tick := time.NewTicker(p.set.tick())
@@ -408,7 +469,8 @@ func (p *Pipeline) batchLoop(in <-chan []item, out chan<- *batch) {
 }
 
 // keepAlive resets the ack timers of b's messages when a third of AckWait passed since the last
-// reset, so that JetStream does not redeliver messages this instance still holds.
+// reset, so that JetStream does not redeliver messages this instance still holds. Messages of b
+// already acknowledged (parts of a split batch) are skipped by nats.go without a round trip.
 func (p *Pipeline) keepAlive(b *batch, now time.Time) {
 	if now.Sub(b.touched) < p.set.AckWait()/3 {
 		return
@@ -418,143 +480,6 @@ func (p *Pipeline) keepAlive(b *batch, now time.Time) {
 		_ = m.InProgress()
 	}
 	b.touched = now
-}
-
-func (p *Pipeline) flushLoop(ctx context.Context, in <-chan *batch) {
-	for b := range in {
-		if ctx.Err() != nil {
-			// Shutdown timed out: leave the batch unacknowledged for redelivery.
-			continue
-		}
-		p.flush(ctx, b)
-	}
-}
-
-// flush writes b until it succeeds or ctx ends, then acknowledges its messages.
-func (p *Pipeline) flush(ctx context.Context, b *batch) {
-	b.token = p.token(b)
-	delay := p.set.RetryMin
-	for attempt := 1; ; attempt++ {
-		start := time.Now()
-		actx, cancel := context.WithTimeout(ctx, max(p.set.AckWait()/3, 10*time.Second))
-		err := p.write(actx, b)
-		cancel()
-		if err == nil {
-			p.ack(b)
-			p.sinkOK.Store(true)
-			p.inserted.Add(uint64(len(b.msgs)))
-			p.metrics.RowsInserted.WithLabelValues(b.table).Add(float64(len(b.msgs)))
-			p.metrics.BatchRows.WithLabelValues(b.table).Observe(float64(len(b.msgs)))
-			p.metrics.FlushSeconds.WithLabelValues(b.table).Observe(time.Since(start).Seconds())
-			if attempt > 1 {
-				p.log.Info("insert succeeded after retries", "table", b.table, "rows", len(b.msgs), "attempts", attempt)
-			}
-			return
-		}
-		if ctx.Err() != nil {
-			p.log.Warn("shutdown: batch left unacknowledged for redelivery", "table", b.table, "rows", len(b.msgs), "error", err)
-			return
-		}
-		p.sinkOK.Store(false)
-		p.metrics.InsertErrors.WithLabelValues(b.table).Inc()
-		p.log.Warn("insert failed, batch stays unacknowledged and is retried", "table", b.table, "rows", len(b.msgs), "attempt", attempt, "retry_in", delay, "error", err)
-		wait := jitter(delay)
-		delay = min(2*delay, p.set.RetryMax)
-		for wait > 0 && ctx.Err() == nil {
-			step := min(wait, time.Second)
-			sleep(ctx, step)
-			wait -= step
-			p.keepAlive(b, time.Now())
-		}
-		if ctx.Err() != nil {
-			p.log.Warn("shutdown: batch left unacknowledged for redelivery", "table", b.table, "rows", len(b.msgs))
-			return
-		}
-	}
-}
-
-func (p *Pipeline) token(b *batch) string {
-	if b.kind == "" {
-		return sink.ErrorsToken(b.errs)
-	}
-	ids := make([]string, len(b.events))
-	for i, e := range b.events {
-		ids[i] = e.Head().EventID
-	}
-	return sink.Token(b.table, ids)
-}
-
-func (p *Pipeline) write(ctx context.Context, b *batch) error {
-	if b.kind != "" {
-		return p.sink.InsertEvents(ctx, b.kind, b.events, b.token)
-	}
-	if err := p.sink.InsertErrors(ctx, b.errs, b.token); err != nil {
-		return err
-	}
-	return p.deadLetter(ctx, b.errs)
-}
-
-// deadLetter publishes refused messages to the dead-letter stream and waits for the stream to
-// store them. Nats-Msg-Id is the original stream and sequence, so a retry within the stream's
-// duplicate window stores each once.
-func (p *Pipeline) deadLetter(ctx context.Context, errs []sink.IngestError) error {
-	futures := make([]jetstream.PubAckFuture, 0, len(errs))
-	for _, e := range errs {
-		m := nats.NewMsg(p.topo.DLQSubject(e.Subject))
-		m.Data = e.Payload
-		m.Header.Set(bus.HeaderDLQReason, headerValue(e.Reason))
-		m.Header.Set(bus.HeaderDLQSubject, e.Subject)
-		m.Header.Set(bus.HeaderDLQStreamSeq, strconv.FormatUint(e.StreamSeq, 10))
-		m.Header.Set(jetstream.MsgIDHeader, p.topo.Stream()+"-"+strconv.FormatUint(e.StreamSeq, 10))
-		f, err := p.js.PublishMsgAsync(m)
-		if err != nil {
-			return fmt.Errorf("publish dead letter of %s seq %d: %w", e.Subject, e.StreamSeq, err)
-		}
-		futures = append(futures, f)
-	}
-	for i, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return fmt.Errorf("publish dead letter of %s seq %d: %w", errs[i].Subject, errs[i].StreamSeq, err)
-		case <-ctx.Done():
-			return fmt.Errorf("publish dead letters: %w", ctx.Err())
-		}
-	}
-	return nil
-}
-
-// headerValue keeps a reason on one line and within a size a NATS header comfortably holds.
-func headerValue(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r == '\r' || r == '\n' {
-			return ' '
-		}
-		return r
-	}, s)
-	return schema.Truncate(s, 2048)
-}
-
-func (p *Pipeline) ack(b *batch) {
-	terminate := b.kind == ""
-	for _, m := range b.msgs {
-		var err error
-		if terminate {
-			err = m.Term()
-		} else {
-			err = m.Ack()
-		}
-		if err != nil {
-			// The message is redelivered and de-duplicated; nothing is lost.
-			p.metrics.AckErrors.Inc()
-			continue
-		}
-		p.acked.Add(1)
-		p.metrics.Acked.Inc()
-	}
-	for _, r := range b.reasons {
-		p.metrics.DeadLettered.WithLabelValues(r).Inc()
-	}
 }
 
 // pollLag updates the pending gauges from the consumer info until ctx ends.

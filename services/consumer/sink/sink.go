@@ -1,5 +1,6 @@
 // Package sink writes decoded servescope events into their ClickHouse landing tables
-// (migrations/000001_tables.up.sql) with clickhouse-go/v2 native batches, one INSERT per batch.
+// (migrations/000001_tables.up.sql) with clickhouse-go/v2 native batches, one INSERT per batch,
+// and says what to do when ClickHouse does not accept one.
 //
 // Every insert carries an insert_deduplication_token derived from the batch's event ids, so an
 // insert retried after an error whose outcome was unknown (the server may have committed it) is
@@ -8,6 +9,47 @@
 // insert and ack, an ack lost with the connection) is stored twice and collapsed by the tables'
 // ReplacingMergeTree key (event_id, or subject and stream_seq for ingest_errors); see the
 // consumer's package documentation for which queries need FINAL.
+//
+// # Errors
+//
+// [Classify] sorts a failed insert by the ClickHouse exception it carries (clickhouse.Exception,
+// code and message), as clickhouse_sinker does. Names are those of system.errors; the table in
+// classify.go is this list.
+//
+//   - Retry (the same insert succeeds later; retried unchanged, without limit). The server is
+//     unavailable, overloaded or shutting down, or the connection broke: 3 UNEXPECTED_END_OF_FILE,
+//     32 ATTEMPT_TO_READ_AFTER_EOF, 159 TIMEOUT_EXCEEDED, 160 TOO_SLOW, 164 READONLY,
+//     173 CANNOT_ALLOCATE_MEMORY, 202 TOO_MANY_SIMULTANEOUS_QUERIES, 203 NO_FREE_CONNECTION,
+//     209 SOCKET_TIMEOUT, 210 NETWORK_ERROR, 218 TABLE_IS_DROPPED, 236 ABORTED,
+//     241 MEMORY_LIMIT_EXCEEDED, 242 TABLE_IS_READ_ONLY, 243 NOT_ENOUGH_SPACE, 252 TOO_MANY_PARTS
+//     ("Too many parts …": merges are behind), 285 TOO_FEW_LIVE_REPLICAS,
+//     319 UNKNOWN_STATUS_OF_INSERT, 394 QUERY_WAS_CANCELLED, 425 SYSTEM_ERROR,
+//     439 CANNOT_SCHEDULE_TASK, 473 DEADLOCK_AVOIDED, 733 TABLE_IS_BEING_RESTARTED,
+//     745 SERVER_OVERLOADED, 749 TCP_CONNECTION_LIMIT_REACHED, 999 KEEPER_EXCEPTION. Or the
+//     database is not set up for the insert, which an operator fixes and which would refuse every
+//     row alike: 16 NO_SUCH_COLUMN_IN_TABLE, 60 UNKNOWN_TABLE, 81 UNKNOWN_DATABASE,
+//     192 UNKNOWN_USER, 201 QUOTA_EXCEEDED, 291 DATABASE_ACCESS_DENIED, 497 ACCESS_DENIED,
+//     516 AUTHENTICATION_FAILED. Every error without an exception is Retry too: a refused or
+//     reset connection, EOF, a timeout, an exhausted connection pool.
+//   - Split (the batch's shape is refused, not a row): 252 TOO_MANY_PARTS with the message "Too
+//     many partitions for single INSERT block (more than N)" — a batch spanning more days than
+//     max_partitions_per_insert_block, such as a backfill.
+//   - Refuse (a row holds a value ClickHouse will never accept): 6 CANNOT_PARSE_TEXT,
+//     27 CANNOT_PARSE_INPUT_ASSERTION_FAILED, 38 CANNOT_PARSE_DATE, 41 CANNOT_PARSE_DATETIME,
+//     53 TYPE_MISMATCH, 69 ARGUMENT_OUT_OF_BOUND, 70 CANNOT_CONVERT_TYPE, 72 CANNOT_PARSE_NUMBER,
+//     117 INCORRECT_DATA, 131 TOO_LARGE_STRING_SIZE, 190 SIZES_OF_ARRAYS_DONT_MATCH,
+//     321 VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE, 349 CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN,
+//     376 CANNOT_PARSE_UUID, 395 FUNCTION_THROW_IF_VALUE_IS_NON_ZERO, 407 DECIMAL_OVERFLOW,
+//     467 CANNOT_PARSE_BOOL, 469 VIOLATED_CONSTRAINT, 691 UNKNOWN_ELEMENT_OF_ENUM. ClickHouse
+//     refuses the whole batch; its message may point at the row ("violated at row N",
+//     [Verdict.Row]), which the caller confirms by inserting that row alone, and otherwise the
+//     caller finds the row by splitting. Two kinds of rows are Refuse
+//     before anything is sent, named one by one in a [RowsError]: rows the client cannot encode
+//     into the column types the server declares (a column's type changed under the consumer),
+//     and rows older than the table's TTL, which ClickHouse would drop at insert without an
+//     error ([Retention]; raise the TTL with `servescope migrate ttl` before such a backfill).
+//   - Unknown: any other code. The caller retries it a bounded number of times, then treats it
+//     as Refuse.
 package sink
 
 import (
@@ -19,9 +61,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/servescope/servescope/schema"
@@ -44,8 +88,9 @@ type IngestError struct {
 
 // Sink inserts batches into one ClickHouse database. It is safe for concurrent use.
 type Sink struct {
-	conn   driver.Conn
-	tables map[schema.Kind]*table
+	conn      driver.Conn
+	tables    map[schema.Kind]*table
+	retention atomic.Pointer[map[string]Retention] // by table; nil until LoadRetention
 }
 
 // New returns a sink writing through conn, whose database holds the landing tables.
@@ -116,9 +161,11 @@ func Token(table string, keys []string) string {
 
 // InsertEvents inserts events, all of kind k, into k's table as one batch with the given
 // deduplication token (see [Token]). It returns an error naming the table and row count when
-// ClickHouse did not accept the whole batch; then nothing of it is visible (ClickHouse inserts a
-// block atomically) or, after an ambiguous failure, all of it, and a retry with the same token
-// is safe either way.
+// ClickHouse did not accept the whole batch ([Classify] says what to do about it). A refused
+// batch leaves nothing visible (ClickHouse checks a block before writing it); after an ambiguous
+// failure (the connection lost mid-insert) some or all of it may be stored, and a retry with the
+// same token stores the rest without doubling any of it, as the token deduplicates each
+// partition's part of the block.
 func (s *Sink) InsertEvents(ctx context.Context, k schema.Kind, events []schema.Event, token string) error {
 	t, ok := s.tables[k]
 	if !ok {
@@ -127,10 +174,8 @@ func (s *Sink) InsertEvents(ctx context.Context, k schema.Kind, events []schema.
 	if len(events) == 0 {
 		return nil
 	}
-	row := make([]any, 0, len(t.columns))
-	return s.insert(ctx, t.name, t.columns, len(events), token, func(b driver.Batch, i int) error {
-		row = t.row(row[:0], events[i])
-		return b.Append(row...)
+	return s.insert(ctx, t.name, t.columns, len(events), token, func(dst []any, i int) []any {
+		return t.row(dst, events[i])
 	})
 }
 
@@ -139,9 +184,9 @@ func (s *Sink) InsertErrors(ctx context.Context, errs []IngestError, token strin
 	if len(errs) == 0 {
 		return nil
 	}
-	return s.insert(ctx, TableIngestErrors, ingestErrorColumns(), len(errs), token, func(b driver.Batch, i int) error {
+	return s.insert(ctx, TableIngestErrors, ingestErrorColumns(), len(errs), token, func(dst []any, i int) []any {
 		e := &errs[i]
-		return b.Append(e.TS, e.Subject, e.StreamSeq, e.Reason, string(e.Payload))
+		return append(dst, e.TS, e.Subject, e.StreamSeq, e.Reason, string(e.Payload))
 	})
 }
 
@@ -154,7 +199,11 @@ func ErrorsToken(errs []IngestError) string {
 	return Token(TableIngestErrors, keys)
 }
 
-func (s *Sink) insert(ctx context.Context, tableName string, columns []string, n int, token string, appendRow func(driver.Batch, int) error) error {
+// insert sends n rows, row i's values given by values, as one INSERT. When a row would not be
+// stored as sent — the client cannot encode it into the column types the server declared, or
+// it is older than the table's TTL — it sends nothing and returns a *[RowsError] naming every
+// such row of the batch, so that the caller can set them all aside at once.
+func (s *Sink) insert(ctx context.Context, tableName string, columns []string, n int, token string, values func(dst []any, i int) []any) error {
 	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
 		"insert_deduplicate":         1,
 		"insert_deduplication_token": token,
@@ -165,16 +214,79 @@ func (s *Sink) insert(ctx context.Context, tableName string, columns []string, n
 	if err != nil {
 		return fmt.Errorf("insert %d rows into %s: prepare batch: %w", n, tableName, err)
 	}
+	// The server's column types, in the order Append takes values; kept for probe, as a batch
+	// that refused a row is unusable.
+	cols := batch.Columns()
+	expired := s.expiredCheck(tableName, columns, time.Now())
+	row := make([]any, 0, len(columns))
 	for i := range n {
-		if err := appendRow(batch, i); err != nil {
+		row = values(row[:0], i)
+		if expired != nil && expired(row) != "" {
 			_ = batch.Abort()
-			return fmt.Errorf("insert %d rows into %s: append row %d: %w", n, tableName, i, err)
+			return fmt.Errorf("insert %d rows into %s: %w", n, tableName, probe(tableName, cols, i, n, values, expired, nil))
+		}
+		if err := batch.Append(row...); err != nil {
+			_ = batch.Abort()
+			return fmt.Errorf("insert %d rows into %s: %w", n, tableName, probe(tableName, cols, i, n, values, expired, err))
 		}
 	}
 	if err := batch.Send(); err != nil {
 		return fmt.Errorf("insert %d rows into %s: %w", n, tableName, err)
 	}
 	return nil
+}
+
+// probe finds every row from first on that expired (may be nil) refuses or that the client
+// cannot encode into cols, the latter by appending each value to a scratch column of the same
+// type. first is the row that stopped the batch, with appendErr when its append failed. Columns
+// are probed independently, so a value one column refuses does not disturb the others, and a
+// scratch column that refused a value is replaced, as it may be half-written.
+func probe(tableName string, cols []column.Interface, first, n int, values func(dst []any, i int) []any, expired func([]any) string, appendErr error) *RowsError {
+	re := &RowsError{Table: tableName}
+	// DateTime columns without a zone need one to be created; it does not change what they refuse.
+	sc := &column.ServerContext{Timezone: time.UTC}
+	scratch := make([]column.Interface, len(cols))
+	for j := range cols {
+		c, err := column.Type(cols[j].Type()).Column(cols[j].Name(), sc)
+		if err != nil {
+			// A type the client cannot build would have failed PrepareBatch; keep what is known.
+			return &RowsError{Table: tableName, Rows: []RowError{{Index: first, Reason: refusedValue(cols[j], appendErr)}}}
+		}
+		scratch[j] = c
+	}
+	row := make([]any, 0, len(cols))
+	for i := first; i < n; i++ {
+		row = values(row[:0], i)
+		if expired != nil {
+			if why := expired(row); why != "" {
+				re.Rows = append(re.Rows, RowError{Index: i, Reason: why})
+				continue
+			}
+		}
+		reason := ""
+		for j, v := range row[:min(len(row), len(scratch))] {
+			if err := scratch[j].AppendRow(v); err != nil {
+				if reason == "" {
+					reason = refusedValue(cols[j], err)
+				}
+				scratch[j], _ = column.Type(cols[j].Type()).Column(cols[j].Name(), sc)
+			}
+		}
+		if reason != "" {
+			re.Rows = append(re.Rows, RowError{Index: i, Reason: reason})
+		}
+	}
+	if appendErr != nil && (len(re.Rows) == 0 || re.Rows[0].Index != first) {
+		// The batch refused the first row for a reason the scratch columns do not reproduce:
+		// that row is refused all the same, with the batch's error.
+		re.Rows = append([]RowError{{Index: first, Reason: "ClickHouse client refused the row: " + appendErr.Error()}}, re.Rows...)
+	}
+	return re
+}
+
+// refusedValue is the reason of a value column c cannot hold.
+func refusedValue(c column.Interface, err error) string {
+	return fmt.Sprintf("ClickHouse column %s %s cannot hold the value: %v", c.Name(), c.Type(), err)
 }
 
 // Columns returns the columns the consumer writes into table, in insert order, and false for a

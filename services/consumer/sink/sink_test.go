@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/consumer/internal/eventgen"
+	"github.com/servescope/servescope/services/internal/chstore"
 	"github.com/servescope/servescope/services/internal/testenv"
 )
 
@@ -243,4 +246,136 @@ func TestRequestChoicesAndTraceColumns(t *testing.T) {
 	if r := read(without.RequestID); len(r.reasons) != 0 || r.respID != "" || r.sampled != nil || r.anyLen != 0 {
 		t.Errorf("row without the fields: %+v", r)
 	}
+}
+
+// What ClickHouse 26.7 (and the client) answer to the batches the consumer must not retry
+// unchanged, classified as the consumer acts on them.
+func TestInsertRefusalsAreClassified(t *testing.T) {
+	t.Parallel()
+	conn, _ := testenv.ClickHouse(t)
+	ctx := context.Background()
+	s := New(conn)
+	base := time.Now().Add(-time.Hour).UTC()
+	ids := func(evs []schema.Event) []string {
+		out := make([]string, len(evs))
+		for i, e := range evs {
+			out[i] = e.Head().EventID
+		}
+		return out
+	}
+	insert := func(k schema.Kind, evs []schema.Event) error {
+		table, _ := TableFor(k)
+		return s.InsertEvents(ctx, k, evs, Token(table, ids(evs)))
+	}
+
+	t.Run("a batch spanning 150 days is split", func(t *testing.T) {
+		if err := chstore.SetTTL(ctx, conn, TableAppRecords, 365); err != nil {
+			t.Fatal(err)
+		}
+		var evs []schema.Event
+		for i := range 150 {
+			e := eventgen.Event(schema.KindAppRecord, i, base).(*schema.AppRecord)
+			e.TS = base.Add(-time.Duration(i) * 24 * time.Hour)
+			evs = append(evs, e)
+		}
+		v := Classify(insert(schema.KindAppRecord, evs))
+		if v.Class != Split || v.Code != 252 || !strings.Contains(v.Message, "Too many partitions") {
+			t.Fatalf("150 days in one insert: %+v, want Split of code 252", v)
+		}
+		for _, half := range [][]schema.Event{evs[:75], evs[75:]} {
+			if err := insert(schema.KindAppRecord, half); err != nil {
+				t.Fatalf("75 days in one insert: %v", err)
+			}
+		}
+	})
+
+	t.Run("a constraint added under the consumer refuses a row", func(t *testing.T) {
+		if err := conn.Exec(ctx, "ALTER TABLE engine_logs ADD CONSTRAINT no_critical CHECK level != 'CRITICAL'"); err != nil {
+			t.Fatal(err)
+		}
+		good := eventgen.Event(schema.KindEngineLog, 1, base)
+		bad := eventgen.Event(schema.KindEngineLog, 2, base).(*schema.EngineLog)
+		bad.Level = "CRITICAL"
+		v := Classify(insert(schema.KindEngineLog, []schema.Event{good, bad}))
+		if v.Class != Refuse || v.Code != 469 || v.Rows != nil || !strings.Contains(v.Reason(), "VIOLATED_CONSTRAINT") || !strings.Contains(v.Reason(), "no_critical") {
+			t.Fatalf("constraint violated: %+v (reason %q), want Refuse of code 469 naming the constraint", v, v.Reason())
+		}
+	})
+
+	t.Run("a column type changed under the consumer refuses the rows it cannot hold", func(t *testing.T) {
+		if err := conn.Exec(ctx, "ALTER TABLE requests_started MODIFY COLUMN endpoint Enum8('/v1/chat/completions' = 1, '/v1/completions' = 2)"); err != nil {
+			t.Fatal(err)
+		}
+		var evs []schema.Event
+		for i := range 6 {
+			e := eventgen.Event(schema.KindRequestStarted, i, base).(*schema.RequestStarted)
+			if i%3 != 0 {
+				e.Endpoint = "/v1/embeddings" // not one of the Enum's values
+			}
+			evs = append(evs, e)
+		}
+		err := insert(schema.KindRequestStarted, evs)
+		v := Classify(err)
+		if v.Class != Refuse || !slices.Equal(v.Rows, []int{1, 2, 4, 5}) || !strings.Contains(v.Reasons[0], "ClickHouse column endpoint Enum8(") {
+			t.Fatalf("type changed: %v → %+v, want Refuse of rows 1, 2, 4, 5 naming the endpoint column", err, v)
+		}
+		if n := countRows(t, conn, "requests_started"); n != 0 {
+			t.Errorf("requests_started holds %d rows after a refused batch, want 0 (nothing sent)", n)
+		}
+		if err := insert(schema.KindRequestStarted, []schema.Event{evs[0], evs[3]}); err != nil {
+			t.Errorf("rows the Enum holds: %v", err)
+		}
+		// A Go type the client does not convert to the new type refuses every row, NULL or not.
+		if err := conn.Exec(ctx, "ALTER TABLE requests_started MODIFY COLUMN max_tokens Nullable(UInt16)"); err != nil {
+			t.Fatal(err)
+		}
+		evs[0].(*schema.RequestStarted).MaxTokens = nil
+		if v := Classify(insert(schema.KindRequestStarted, []schema.Event{evs[0], evs[3]})); v.Class != Refuse || !slices.Equal(v.Rows, []int{0, 1}) {
+			t.Errorf("max_tokens now UInt16: %+v, want both rows refused", v)
+		}
+	})
+
+	t.Run("rows older than the TTL are refused before ClickHouse drops them", func(t *testing.T) {
+		ret, err := s.LoadRetention(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := ret[TableEngineSpans]; r.Column != "ts" || r.Keep != 14*24*time.Hour {
+			t.Fatalf("retention of engine_spans = %+v, want ts kept 14 days", r)
+		}
+		if r := ret[TableAppRecords]; r.Keep != 365*24*time.Hour {
+			t.Errorf("retention of app_records after migrate ttl 365 = %+v", r)
+		}
+		var evs []schema.Event
+		for i := range 4 {
+			e := eventgen.Event(schema.KindEngineSpan, i, base).(*schema.EngineSpan)
+			if i%2 == 1 {
+				e.TS = base.Add(-20 * 24 * time.Hour)
+			}
+			evs = append(evs, e)
+		}
+		v := Classify(insert(schema.KindEngineSpan, evs))
+		if v.Class != Refuse || !slices.Equal(v.Rows, []int{1, 3}) || !strings.Contains(v.Reasons[0], "older than the TTL of engine_spans (toDateTime(ts) + toIntervalDay(14))") {
+			t.Fatalf("rows 20 days old: %+v, want Refuse of rows 1 and 3 naming the TTL", v)
+		}
+	})
+
+	t.Run("a dropped column is retried, not refused", func(t *testing.T) {
+		if err := conn.Exec(ctx, "ALTER TABLE engine_samples DROP COLUMN kv_cache_usage_perc"); err != nil {
+			t.Fatal(err)
+		}
+		v := Classify(insert(schema.KindEngineSample, []schema.Event{eventgen.Event(schema.KindEngineSample, 1, base)}))
+		if v.Class != Retry || v.Code != 16 {
+			t.Fatalf("column dropped: %+v, want Retry of code 16", v)
+		}
+	})
+}
+
+func countRows(t *testing.T, conn driver.Conn, table string) uint64 {
+	t.Helper()
+	var n uint64
+	if err := conn.QueryRow(context.Background(), "SELECT count() FROM "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

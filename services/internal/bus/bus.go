@@ -29,6 +29,10 @@ const (
 	HeaderDLQSubject = "Servescope-Original-Subject"
 	// HeaderDLQStreamSeq is the message's sequence in the events stream.
 	HeaderDLQStreamSeq = "Servescope-Original-Seq"
+	// HeaderDLQPayloadTruncated is set, to the original payload's length in bytes, on the rare
+	// dead letter whose payload had to be cut to fit the server's max_payload with these
+	// headers; the ingest_errors row keeps the whole payload.
+	HeaderDLQPayloadTruncated = "Servescope-Dlq-Payload-Truncated"
 )
 
 // Topology derives stream and subject names from a subject prefix.
