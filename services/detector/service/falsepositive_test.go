@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/servescope/servescope/services/detector/synth"
+	"github.com/servescope/servescope/services/internal/testclock"
 	"github.com/servescope/servescope/services/internal/testenv"
 )
 
@@ -15,7 +16,7 @@ import (
 func TestNormalWeekFiresNothing(t *testing.T) {
 	t.Parallel()
 	conn, ch := testenv.ClickHouse(t)
-	end := time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
+	end := testclock.EvalTime(t, time.Hour)
 	start := end.Add(-7 * 24 * time.Hour)
 	insert(t, conn, synth.New(42).Normal(start, end))
 	d := newDetector(t, testConfig(ch), conn)

@@ -15,6 +15,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/servescope/servescope/services/internal/diagnose"
+	"github.com/servescope/servescope/services/internal/testclock"
 	"github.com/servescope/servescope/services/internal/testenv"
 )
 
@@ -195,13 +196,16 @@ func (d *db) exec(q string, args ...any) {
 	}
 }
 
-// ranges returns a 60 s window two hours ago and the 5 minutes before it as the baseline.
-func ranges() (diagnose.Range, diagnose.Range) { return slot(0) }
+// ranges returns a 60 s window starting at the evaluation time at and the 5 minutes before it as
+// the baseline. A test takes at once, from testclock, before its cases run: two cases reading the
+// clock on either side of a whole hour would lay out overlapping slots.
+func ranges(at time.Time) (diagnose.Range, diagnose.Range) { return slot(at, 0) }
 
-// slot returns the i-th of a series of such windows, 10 minutes apart, so that the cases of one
-// test can share a database: no case's rows fall in another case's window or baseline.
-func slot(i int) (diagnose.Range, diagnose.Range) {
-	from := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour).Add(-time.Duration(i) * 10 * time.Minute)
+// slot returns the i-th of a series of such windows, 10 minutes apart going back from at, so that
+// the cases of one test can share a database: no case's rows fall in another case's window or
+// baseline.
+func slot(at time.Time, i int) (diagnose.Range, diagnose.Range) {
+	from := at.Add(-time.Duration(i) * 10 * time.Minute)
 	w := diagnose.Range{From: from, To: from.Add(time.Minute)}
 	return w, diagnose.Range{From: from.Add(-5 * time.Minute), To: from}
 }
@@ -224,6 +228,7 @@ func near(got *float64, want, tol float64) bool { return got != nil && math.Abs(
 // lands in and the numbers it names.
 func TestScenarios(t *testing.T) {
 	t.Parallel()
+	at := testclock.EvalTime(t, 2*time.Hour)
 	cases := []struct {
 		name     string
 		window   scenario
@@ -396,7 +401,7 @@ func TestScenarios(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			d := &db{t: t, ctx: shared.ctx, conn: shared.conn}
-			w, base := slot(i)
+			w, base := slot(at, i)
 			d.write(normal, base, tc.bOpts)
 			d.write(tc.window, w, tc.wOpts)
 			if tc.after != nil {
@@ -455,6 +460,7 @@ func deref(p *float64) any {
 // scenario would: the branches fall back to their absolute floors.
 func TestNoBaseline(t *testing.T) {
 	t.Parallel()
+	at := testclock.EvalTime(t, 2*time.Hour)
 	shared := newDB(t)
 	for i, tc := range []struct {
 		sc       scenario
@@ -468,7 +474,7 @@ func TestNoBaseline(t *testing.T) {
 		t.Run(tc.sc.name, func(t *testing.T) {
 			t.Parallel()
 			d := &db{t: t, ctx: shared.ctx, conn: shared.conn}
-			w, base := slot(i)
+			w, base := slot(at, i)
 			d.write(tc.sc, w, rowOpts{})
 			rep, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w, Baseline: base})
 			if err != nil {
@@ -489,8 +495,9 @@ func TestNoBaseline(t *testing.T) {
 // TestModelFilter keeps only the requested model's rows.
 func TestModelFilter(t *testing.T) {
 	t.Parallel()
+	at := testclock.EvalTime(t, 2*time.Hour)
 	d := newDB(t)
-	w, base := ranges()
+	w, base := ranges(at)
 	d.write(normal, base, rowOpts{})
 	d.write(normal, base, rowOpts{model: "other"})
 	d.write(longPrompt, w, rowOpts{model: "other"})
@@ -509,8 +516,9 @@ func TestModelFilter(t *testing.T) {
 // TestEmpty tells empty tables from an empty window, both as ErrNoData.
 func TestEmpty(t *testing.T) {
 	t.Parallel()
+	at := testclock.EvalTime(t, 2*time.Hour)
 	d := newDB(t)
-	w, base := ranges()
+	w, base := ranges(at)
 	_, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w})
 	if !errors.Is(err, diagnose.ErrNoData) || !strings.Contains(err.Error(), "every servescope table is empty") {
 		t.Errorf("empty tables: %v", err)
@@ -602,10 +610,11 @@ func (d *db) writeSpans(sc scenario, r diagnose.Range) {
 // (joined on request_id), and everything comes from the spans when no gateway records requests.
 func TestEngineTimingSources(t *testing.T) {
 	t.Parallel()
+	at := testclock.EvalTime(t, 2*time.Hour)
 	t.Run("joined", func(t *testing.T) {
 		t.Parallel()
 		d := newDB(t)
-		w, _ := ranges()
+		w, _ := ranges(at)
 		d.write(overload, w, rowOpts{engineTimingsInSamplesOnly: true})
 		d.writeSpans(overload, w)
 		rep, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w})
@@ -620,7 +629,7 @@ func TestEngineTimingSources(t *testing.T) {
 	t.Run("spans only", func(t *testing.T) {
 		t.Parallel()
 		d := newDB(t)
-		w, _ := ranges()
+		w, _ := ranges(at)
 		d.writeSpans(longOutput, w)
 		rep, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w})
 		if err != nil {
