@@ -197,8 +197,10 @@ func (d *db) exec(q string, args ...any) {
 }
 
 // ranges returns a 60 s window starting at the evaluation time at and the 5 minutes before it as
-// the baseline. A test takes at once, from testclock, before its cases run: two cases reading the
-// clock on either side of a whole hour would lay out overlapping slots.
+// the baseline. A test takes at once, before its cases run: two cases reading the clock on either
+// side of a whole hour would lay out overlapping slots. TestScenarios takes it from testclock, so
+// that scripts/test also runs it with windows and baselines across midnight; the data of these
+// tests do not follow the time of day.
 func ranges(at time.Time) (diagnose.Range, diagnose.Range) { return slot(at, 0) }
 
 // slot returns the i-th of a series of such windows, 10 minutes apart going back from at, so that
@@ -460,7 +462,7 @@ func deref(p *float64) any {
 // scenario would: the branches fall back to their absolute floors.
 func TestNoBaseline(t *testing.T) {
 	t.Parallel()
-	at := testclock.EvalTime(t, 2*time.Hour)
+	at := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour)
 	shared := newDB(t)
 	for i, tc := range []struct {
 		sc       scenario
@@ -495,7 +497,7 @@ func TestNoBaseline(t *testing.T) {
 // TestModelFilter keeps only the requested model's rows.
 func TestModelFilter(t *testing.T) {
 	t.Parallel()
-	at := testclock.EvalTime(t, 2*time.Hour)
+	at := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour)
 	d := newDB(t)
 	w, base := ranges(at)
 	d.write(normal, base, rowOpts{})
@@ -516,7 +518,7 @@ func TestModelFilter(t *testing.T) {
 // TestEmpty tells empty tables from an empty window, both as ErrNoData.
 func TestEmpty(t *testing.T) {
 	t.Parallel()
-	at := testclock.EvalTime(t, 2*time.Hour)
+	at := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour)
 	d := newDB(t)
 	w, base := ranges(at)
 	_, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w})
@@ -610,7 +612,7 @@ func (d *db) writeSpans(sc scenario, r diagnose.Range) {
 // (joined on request_id), and everything comes from the spans when no gateway records requests.
 func TestEngineTimingSources(t *testing.T) {
 	t.Parallel()
-	at := testclock.EvalTime(t, 2*time.Hour)
+	at := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour)
 	t.Run("joined", func(t *testing.T) {
 		t.Parallel()
 		d := newDB(t)
