@@ -65,7 +65,9 @@ type db struct {
 func newDB(t *testing.T) *db {
 	t.Helper()
 	conn, _ := testenv.ClickHouse(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// One context for every write and diagnosis of the test (TestScenarios' eleven cases share it):
+	// it catches a hang, and leaves room for a machine loaded by other test runs.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	return &db{t: t, ctx: ctx, conn: conn}
 }

@@ -78,10 +78,11 @@ func readList(t *testing.T) map[entry]bool {
 		fields := strings.Fields(line)
 		switch {
 		case len(fields) == 0:
-		case len(fields) == 2 && strings.HasPrefix(fields[0], "./") && strings.HasPrefix(fields[1], "Test"):
+		case len(fields) == 3 && strings.HasPrefix(fields[0], "./") && strings.HasPrefix(fields[1], "Test") &&
+			(fields[2] == "all" || fields[2] == "hours"):
 			list[entry{fields[0], fields[1]}] = true
 		default:
-			t.Fatalf("tests.txt:%d: %q, want ./package TestName [# why]", n, sc.Text())
+			t.Fatalf("tests.txt:%d: %q, want ./package TestName all|hours [# why]", n, sc.Text())
 		}
 	}
 	if err := sc.Err(); err != nil {
