@@ -194,3 +194,26 @@ func callsEvalTime(body *ast.BlockStmt, local string) bool {
 	})
 	return found
 }
+
+// FuzzEvalTime: any value of the variable either fails with an error or pins a time at least the
+// lag before now and no older than a day more (a time of day) or MaxAge (an instant).
+func FuzzEvalTime(f *testing.F) {
+	for _, s := range []string{"", "18", "06", "23:59:30", "2026-12-01T00:00:30Z", "24", "1:2:3:4", "-1", " 7 ", "12:60", "2026-12-01T00:00:30+14:00"} {
+		f.Add(s)
+	}
+	now := time.Date(2026, 12, 1, 19, 31, 59, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, pin string) {
+		const lag = 2 * time.Hour
+		at, pinned, err := evalTime(now, lag, pin)
+		if err != nil {
+			return
+		}
+		oldest := now.Add(-lag - 24*time.Hour)
+		if strings.Contains(pin, "T") {
+			oldest = now.Add(-MaxAge)
+		}
+		if at.After(now.Add(-lag)) || at.Before(oldest) || at.Location() != time.UTC || pinned != (strings.TrimSpace(pin) != "") {
+			t.Fatalf("pin %q: %s pinned=%v, want UTC within [%s, %s]", pin, at.Format(time.RFC3339Nano), pinned, oldest.Format(time.RFC3339), now.Add(-lag).Format(time.RFC3339))
+		}
+	})
+}
