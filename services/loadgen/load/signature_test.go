@@ -5,7 +5,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/servescope/servescope/services/loadgen/load"
 	"github.com/servescope/servescope/services/vllmsim/sim"
@@ -142,7 +141,6 @@ func TestRunRequestsNonStreaming(t *testing.T) {
 	const scale = 50
 	url := startSim(t, scale)
 	stream := false
-	start := time.Now()
 	rep, err := load.Run(context.Background(), load.Config{
 		Target: url, Scenario: "custom", Requests: 5, Rate: 10, PromptTokens: 100, MaxTokens: 16, Stream: &stream,
 		Arrival: "uniform", TimeScale: scale,
@@ -158,9 +156,6 @@ func TestRunRequestsNonStreaming(t *testing.T) {
 	}
 	if rep.E2E == nil || rep.E2E.P50 <= 0 {
 		t.Error("missing E2E")
-	}
-	if time.Since(start) > 10*time.Second {
-		t.Errorf("run took %s", time.Since(start))
 	}
 }
 
