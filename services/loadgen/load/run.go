@@ -37,9 +37,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	rep := &Report{
-		Scenario: r.scenario.Name, Target: r.Target, Model: model, Endpoint: r.Endpoint, Stream: r.streamShare == 1,
-		StreamShare: r.streamShare,
-		TimeScale:   r.TimeScale, RateRPS: r.scenario.Rate, PromptTokensTarget: r.scenario.PromptTokens,
+		Scenario: r.scenario.Name, Target: r.Target, Model: model, Endpoint: r.Endpoint,
+		Stream: r.streamShare == 1, StreamShare: r.streamShare,
+		TimeScale: r.TimeScale, RateRPS: r.scenario.Rate, PromptTokensTarget: r.scenario.PromptTokens,
 		MaxTokens: r.scenario.MaxTokens, Planned: r.total, Errors: map[string]int{}, FinishReasons: map[string]int{},
 		TokenizeCalls: tk.calls, Arrival: r.Arrival,
 	}
