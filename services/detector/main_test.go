@@ -15,13 +15,14 @@ import (
 
 	"github.com/servescope/servescope/services/detector/synth"
 	"github.com/servescope/servescope/services/internal/chstore"
+	"github.com/servescope/servescope/services/internal/testclock"
 	"github.com/servescope/servescope/services/internal/testenv"
 )
 
 // `detector --once --at T` prints exactly one JSON object per pending/firing alert, as of T.
 func TestOnceAtPrintsAlertsAsJSONLines(t *testing.T) {
 	conn, ch := testenv.ClickHouse(t)
-	at := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
+	at := testclock.EvalTime(t, 2*time.Hour)
 	g := synth.New(3)
 	tr := g.Requests(at.Add(-26*time.Hour), at.Add(-16*time.Minute), synth.Constant(0.05), synth.NormalShape())
 	incident := synth.LanguageErrors(4, 32)(g, at.Add(-15*time.Minute), at)

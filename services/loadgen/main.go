@@ -43,11 +43,12 @@ func execute(args []string) int {
 
 func runCommand() *cobra.Command {
 	var (
-		cfg        load.Config
-		asJSON     bool
-		stream     bool
-		ignoreEOS  bool
-		samePrompt string
+		cfg         load.Config
+		asJSON      bool
+		stream      bool
+		ignoreEOS   bool
+		samePrompt  string
+		streamShare float64
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -57,7 +58,14 @@ func runCommand() *cobra.Command {
 			if cmd.Flags().Changed("duration") && cmd.Flags().Changed("requests") {
 				return fmt.Errorf("give --duration or --requests, not both")
 			}
-			cfg.Stream = &stream
+			switch {
+			case cmd.Flags().Changed("stream") && cmd.Flags().Changed("stream-share"):
+				return fmt.Errorf("give --stream or --stream-share, not both")
+			case cmd.Flags().Changed("stream-share"):
+				cfg.StreamShare = &streamShare
+			default:
+				cfg.Stream = &stream
+			}
 			cfg.IgnoreEOS = &ignoreEOS
 			switch samePrompt {
 			case "":
@@ -105,6 +113,7 @@ func runCommand() *cobra.Command {
 	f.IntVar(&cfg.PromptTokens, "prompt-tokens", 0, "prompt size in tokens, chat template included (default: the scenario's)")
 	f.IntVar(&cfg.MaxTokens, "max-tokens", 0, "max_tokens per request (default: the scenario's)")
 	f.BoolVar(&stream, "stream", true, "stream responses (needed for TTFT and TPOT)")
+	f.Float64Var(&streamShare, "stream-share", 1, "share of requests that stream, 0 to 1, spread evenly (e.g. 0.5: every other one); the others get one JSON body")
 	f.BoolVar(&ignoreEOS, "ignore-eos", true, "send vLLM's ignore_eos so answers run to max_tokens")
 	f.StringVar(&samePrompt, "same-prompt", "", "true: one prompt for all requests; false: one per request (default: the scenario's)")
 	f.StringVar(&cfg.Arrival, "arrival", "poisson", "arrival process: poisson or uniform (open loop either way)")

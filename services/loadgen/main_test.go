@@ -68,6 +68,25 @@ func TestRunExitsZeroAndCountsErrors(t *testing.T) {
 	if code := execute([]string{"run", "--target", srv.URL, "--duration", "1s", "--requests", "2"}); code == 0 {
 		t.Fatal("--duration with --requests accepted")
 	}
+	out = captureStdout(t, func() {
+		code = execute([]string{"run", "--target", srv.URL, "--scenario", "custom", "--requests", "4", "--rate", "50",
+			"--max-tokens", "8", "--time-scale", "50", "--stream-share", "0.5", "--json"})
+	})
+	var mixed struct {
+		Succeeded int `json:"succeeded"`
+		Streamed  int `json:"streamed"`
+		TTFT      struct {
+			Count int `json:"count"`
+		} `json:"ttft"`
+	}
+	if err := json.Unmarshal(out, &mixed); code != 0 || err != nil || mixed.Succeeded != 4 || mixed.Streamed != 2 || mixed.TTFT.Count != 2 {
+		t.Fatalf("--stream-share 0.5: exit %d, %v, %+v; want 4 answered, 2 streamed\n%s", code, err, mixed, out)
+	}
+	for _, args := range [][]string{{"--stream-share", "1.5"}, {"--stream-share", "-0.5"}, {"--stream=false", "--stream-share", "0.5"}} {
+		if code := execute(append([]string{"run", "--target", srv.URL, "--requests", "1"}, args...)); code == 0 {
+			t.Errorf("%v accepted", args)
+		}
+	}
 	if code := execute([]string{"run", "--target", "http://127.0.0.1:1", "--requests", "1"}); code == 0 {
 		t.Fatal("unreachable target: run that could not start exited 0")
 	}

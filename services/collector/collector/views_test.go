@@ -9,6 +9,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/servescope/servescope/services/internal/testclock"
 	"github.com/servescope/servescope/services/internal/testenv"
 )
 
@@ -82,8 +83,9 @@ type windowRow struct {
 func TestEngineViews(t *testing.T) {
 	t.Parallel()
 	conn, _ := testenv.ClickHouse(t)
-	// Recent timestamps: engine_samples has a 14-day TTL.
-	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
+	// Recent timestamps (engine_samples has a 14-day TTL) from testclock: pinned at 23:59:30 the
+	// samples straddle midnight and so two daily partitions.
+	base := testclock.EvalTime(t, time.Hour)
 	e2e := "e2e_request_latency_seconds"
 
 	// Engine "a" restarts between 20 s and 30 s (count drops, process start time changes); one

@@ -16,6 +16,7 @@
 //
 //	{{window "col"}}    col in (now - window, now]
 //	{{baseline "col"}}  col in the baseline period (a range, or the same slice of earlier days)
+//	{{poisson_tail "k" "lambda"}}  P(X >= k) for a Poisson count X of mean lambda (two columns)
 //
 // Parameters always bound: now, window_start, baseline_start, baseline_end (DateTime64(6, 'UTC')),
 // window_s, baseline_slice_s and baseline_s (the baseline's total length; Int64 seconds), plus
@@ -189,6 +190,18 @@ func (d *Definition) expandQuery() (string, error) {
 				s += fmt.Sprintf(" AND modulo(dateDiff('second', %s, {now:DateTime64(6, 'UTC')}), 86400) <= {baseline_slice_s:Int64}", col)
 			}
 			return s + ")", nil
+		},
+		// poisson_tail is P(X >= k) for a Poisson count X of mean lambda (two column names), in
+		// log space so that large counts stay finite: the chance that the baseline's own rate puts
+		// k events into the window. A short window holds few requests, where a share of 3x the
+		// baseline's is a few events more than expected and happens by chance every few hours.
+		"poisson_tail": func(k, lambda string) (string, error) {
+			for _, col := range []string{k, lambda} {
+				if err := checkColumn(col); err != nil {
+					return "", err
+				}
+			}
+			return fmt.Sprintf("(1 - arraySum(arrayMap(i -> exp(i * log(greatest(%[2]s, 1e-300)) - %[2]s - lgamma(i + 1)), range(toUInt64(%[1]s)))))", k, lambda), nil
 		},
 	}).Parse(d.Query)
 	if err != nil {

@@ -2,6 +2,8 @@ package rules_test
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +26,7 @@ func TestParseRejectsBadFiles(t *testing.T) {
 		{"reserved param", valid + "params: {now: 1}\n", "not allowed"},
 		{"bad param type", valid + "params: {x: [1, 2]}\n", "want a number"},
 		{"bad macro column", "name: r\nwindow: 5m\nquery: 'SELECT 1 WHERE {{window \"ts; DROP\"}}'\n", "not a column name"},
+		{"bad poisson_tail argument", "name: r\nwindow: 5m\nquery: 'SELECT {{poisson_tail \"k\" \"1) OR (1\"}}'\n", "not a column name"},
 		{"bad summary", valid + "summary: '{{.Value'\n", "summary template"},
 		{"slice of a day", valid + "baseline: {days: 7, slice: 24h}\n", "shorter than a day"},
 	}
@@ -162,5 +165,59 @@ func TestBuiltinTemplatesRender(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// poisson_tail is P(X >= k) for a Poisson X of mean lambda, evaluated by ClickHouse: checked against
+// the sum computed here, from k = 0 (certain) to tails far below any p_max, with lambda 0 and large.
+func TestPoissonTailMacro(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ k, lambda float64 }{{0, 1.5}, {1, 0}, {3, 0}, {5, 1.52}, {6, 1.52}, {9, 1.52}, {24, 1.2}, {4, 0.032}, {500, 400}, {30, 31}}
+	var pairs []string
+	for _, c := range cases {
+		pairs = append(pairs, fmt.Sprintf("(%g, %g)", c.k, c.lambda))
+	}
+	def, err := rules.Parse("tail.yaml", []byte(`name: tail
+window: 5m
+query: |
+  SELECT map('k', toString(k), 'lambda', toString(lambda)) AS labels, {{poisson_tail "k" "lambda"}} AS value,
+         NULL AS baseline, 0 AS threshold, false AS firing, true AS baseline_ok
+  FROM (SELECT arrayJoin([`+strings.Join(pairs, ", ")+`]) AS t, toUInt64(t.1) AS k, toFloat64(t.2) AS lambda)
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, _ := testenv.ClickHouse(t)
+	r, err := rules.NewSQLRule(def, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples, err := r.Eval(context.Background(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(samples) != len(cases) {
+		t.Fatalf("%d rows, want %d", len(samples), len(cases))
+	}
+	for i, s := range samples {
+		c := cases[i]
+		// 1 − P(X < k), the terms summed in log space.
+		below := 0.0
+		for j := 0; j < int(c.k); j++ {
+			lg, _ := math.Lgamma(float64(j + 1))
+			below += math.Exp(float64(j)*math.Log(math.Max(c.lambda, 1e-300)) - c.lambda - lg)
+		}
+		want := 1 - below
+		if math.Abs(s.Value-want) > 1e-12 {
+			t.Errorf("P(X >= %g | lambda %g) = %g, want %g", c.k, c.lambda, s.Value, want)
+		}
+	}
+	// The values that decide latency_p95 on a quiet window: 5 or 6 long answers where 1.52 are
+	// expected are common, 9 are not.
+	if v := samples[3].Value; v < 0.01 || v > 0.03 {
+		t.Errorf("P(X >= 5 | 1.52) = %g, want about 0.02", v)
+	}
+	if v := samples[5].Value; v > 1e-4 {
+		t.Errorf("P(X >= 9 | 1.52) = %g, want below p_max 1e-4", v)
 	}
 }

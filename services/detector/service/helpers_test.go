@@ -20,9 +20,13 @@ import (
 	"github.com/servescope/servescope/services/internal/config"
 )
 
+// opTimeout bounds one insert or replay: it catches a hang, not a slow query, so it leaves room for
+// a machine loaded by other test runs (a replay evaluates every rule at each tick of its hold time).
+const opTimeout = 5 * time.Minute
+
 func insert(t *testing.T, conn driver.Conn, tr *synth.Traffic) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if err := synth.Insert(ctx, conn, tr); err != nil {
 		t.Fatal(err)
@@ -73,7 +77,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // replay runs the detector's --at replay and parses its JSON lines.
 func replay(t *testing.T, d *service.Detector, at time.Time) []service.ReplayLine {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	var out bytes.Buffer
 	if err := d.Replay(ctx, at, &out); err != nil {

@@ -7,15 +7,18 @@ import (
 
 	"github.com/servescope/servescope/services/detector/service"
 	"github.com/servescope/servescope/services/detector/synth"
+	"github.com/servescope/servescope/services/internal/testclock"
 	"github.com/servescope/servescope/services/internal/testenv"
 )
 
 // Each built-in rule fires on its incident, written as synthetic traffic with past timestamps after
-// 26 hours of normal traffic, when the detector replays the incident's end (--at).
+// 26 hours of normal traffic, when the detector replays the incident's end (--at). The normal
+// traffic follows the time of day, and so does the evaluation time (testclock): the incident is
+// drawn from its own generator, so it is the same at every hour and only the baseline before it
+// changes.
 func TestBuiltinRulesFireOnTheirIncidents(t *testing.T) {
 	t.Parallel()
-	// A fixed minute in the past keeps the rows inside every table's TTL.
-	at := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
+	at := testclock.EvalTime(t, 2*time.Hour)
 	// What each incident must produce beyond its rule firing.
 	checks := map[string]func(t *testing.T, lines []service.ReplayLine){
 		"retrieval_score_drift": func(t *testing.T, lines []service.ReplayLine) {
@@ -94,10 +97,9 @@ func TestBuiltinRulesFireOnTheirIncidents(t *testing.T) {
 		t.Run(tc.Rule, func(t *testing.T) {
 			t.Parallel()
 			conn, ch := testenv.ClickHouse(t)
-			g := synth.New(uint64(100 + i))
 			from := at.Add(-tc.Duration)
-			tr := g.Normal(at.Add(-26*time.Hour), from)
-			tr.Add(tc.Generate(g, from, at))
+			tr := synth.New(uint64(100+i)).Normal(at.Add(-26*time.Hour), from)
+			tr.Add(tc.Generate(synth.New(uint64(200+i)), from, at))
 			insert(t, conn, tr)
 			d := newDetector(t, testConfig(ch), conn)
 			lines := replay(t, d, at)

@@ -15,6 +15,7 @@ import (
 	"github.com/servescope/servescope/services/detector/notify"
 	"github.com/servescope/servescope/services/detector/service"
 	"github.com/servescope/servescope/services/detector/synth"
+	"github.com/servescope/servescope/services/internal/testclock"
 	"github.com/servescope/servescope/services/internal/testenv"
 )
 
@@ -132,7 +133,7 @@ func (r *webhookReceiver) waitFor(n int) []notify.Message {
 func TestWebhookLifecycleAcrossRestartsAndOutage(t *testing.T) {
 	t.Parallel()
 	conn, ch := testenv.ClickHouse(t)
-	at := time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
+	at := testclock.EvalTime(t, 3*time.Hour)
 	g := synth.New(9)
 	errShape := synth.NormalShape()
 	errShape.Status5xxProb = 0.3

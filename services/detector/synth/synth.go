@@ -116,7 +116,12 @@ func Daily(perSecond, amplitude float64) Rate {
 	}
 }
 
-// Requests generates requests arriving in [from, to) as a Poisson process of the given rate.
+// Requests generates the traffic of [from, to): requests arriving in it as a Poisson process of
+// the given rate, each with all its events before to. A request that would still be running at to
+// (its answer or app record at or after to) is left out, with the random draws it took, so that
+// consecutive periods never mix: an incident generated for [from, to) after Normal traffic up to
+// from is alone in every window that starts at from, whatever the rate was just before from.
+// Requests that never finish (Shape.UnfinishedProb) are kept: they are in flight at to by design.
 func (g *Generator) Requests(from, to time.Time, rate Rate, s Shape) *Traffic {
 	t := &Traffic{}
 	at := from
@@ -130,16 +135,17 @@ func (g *Generator) Requests(from, to time.Time, rate Rate, s Shape) *Traffic {
 		if !at.Before(to) {
 			return t
 		}
-		g.request(t, at, s)
+		g.request(t, at, s, to)
 	}
 }
 
-// RequestsN generates exactly n requests spread evenly over [from, to).
+// RequestsN generates exactly n requests spread evenly over [from, to); their answers may come
+// after to.
 func (g *Generator) RequestsN(from, to time.Time, n int, s Shape) *Traffic {
 	t := &Traffic{}
 	step := to.Sub(from) / time.Duration(n)
 	for i := range n {
-		g.request(t, from.Add(step*time.Duration(i)+step/2), s)
+		g.request(t, from.Add(step*time.Duration(i)+step/2), s, time.Time{})
 	}
 	return t
 }
@@ -148,20 +154,22 @@ func (g *Generator) jitter(median, sigma float64) float64 {
 	return median * math.Exp(g.rng.NormFloat64()*sigma)
 }
 
-func (g *Generator) request(t *Traffic, arrival time.Time, s Shape) {
+// request draws one request arriving at arrival and appends its events to t, unless end is set and
+// the request's last event would come at or after it.
+func (g *Generator) request(t *Traffic, arrival time.Time, s Shape, end time.Time) {
 	g.seq++
 	id := schema.NewRequestID()
 	maxTokens := uint32(s.CompletionTokens * 4)
 	st := schema.NewRequestStarted(id, arrival)
 	st.Model, st.Endpoint, st.Stream, st.MaxTokens = s.Model, s.Endpoint, true, &maxTokens
 	st.App, st.IndexVersion, st.EmbeddingModelVersion = s.App, s.IndexVersion, s.EmbeddingModelVersion
-	t.Started = append(t.Started, st)
 
 	var retrievalS float64
 	if s.TopScore > 0 {
 		retrievalS = g.jitter(0.02, 0.3)
 	}
 	if g.rng.Float64() < s.UnfinishedProb {
+		t.Started = append(t.Started, st)
 		return
 	}
 	queue := 0.0
@@ -188,6 +196,7 @@ func (g *Generator) request(t *Traffic, arrival time.Time, s Shape) {
 	}
 	finished := arrival.Add(time.Duration((e2e + retrievalS) * float64(time.Second)))
 	f := schema.NewRequestFinished(id, arrival, finished)
+	keep := end.IsZero() || finished.Before(end)
 	f.Model, f.Endpoint, f.Stream, f.StatusCode, f.MaxTokens = s.Model, s.Endpoint, true, status, &maxTokens
 	f.App, f.IndexVersion, f.EmbeddingModelVersion = s.App, s.IndexVersion, s.EmbeddingModelVersion
 	f.E2ES = ptr(e2e)
@@ -202,10 +211,10 @@ func (g *Generator) request(t *Traffic, arrival time.Time, s Shape) {
 	} else {
 		f.ErrorLayer, f.ErrorMessage = schema.LayerUpstream, "synthetic error"
 	}
-	t.Finished = append(t.Finished, f)
 
+	var a *schema.AppRecord
 	if s.TopScore > 0 {
-		a := schema.NewAppRecord(id, s.App, finished)
+		a = schema.NewAppRecord(id, s.App, finished)
 		a.Model, a.IndexVersion, a.EmbeddingModelVersion = s.Model, s.IndexVersion, s.EmbeddingModelVersion
 		top := min(1, max(0, s.TopScore+g.rng.NormFloat64()*s.TopScoreSD))
 		ps := make([]schema.Passage, 3)
@@ -217,6 +226,13 @@ func (g *Generator) request(t *Traffic, arrival time.Time, s Shape) {
 		if f.OutputScriptViolation != nil {
 			a.OutputForeignChars, a.OutputScriptViolation = f.OutputForeignChars, f.OutputScriptViolation
 		}
+	}
+	if !keep {
+		return
+	}
+	t.Started = append(t.Started, st)
+	t.Finished = append(t.Finished, f)
+	if a != nil {
 		t.Apps = append(t.Apps, a)
 	}
 }

@@ -116,8 +116,10 @@ func badEvents(prefix string, now time.Time) ([]BadEvent, []HostileRecord, [][]b
 	m["e2e_s"] = -0.001
 	add("negative duration (e2e_s)", schema.KindRequestFinished, enc(m))
 	m = started()
-	m["ts"] = "2999-01-01T00:00:00Z"
-	m["arrival_ts"] = "2999-01-01T00:00:00Z"
+	// Ten years after now rather than a fixed year, which would one day stop being the future.
+	future := now.AddDate(10, 0, 0).UTC().Format(time.RFC3339)
+	m["ts"] = future
+	m["arrival_ts"] = future
 	add("far-future timestamp", schema.KindRequestStarted, enc(m))
 	m = started()
 	delete(m, "event_id")

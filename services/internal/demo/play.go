@@ -107,6 +107,21 @@ func (r *run) play(ctx context.Context) error {
 	for _, c := range checks {
 		fmt.Fprintf(r.out, "  %s %s\n", mark(c.OK), c.Text)
 	}
+	for _, w := range scen {
+		if w.Key != "overload" {
+			continue
+		}
+		ns, err := MeasureNonStreaming(ctx, r.conn, w)
+		if err != nil {
+			return err
+		}
+		if err := WriteNonStreaming(r.out, w.Title, ns); err != nil {
+			return err
+		}
+		c := ns.Check()
+		fmt.Fprintf(r.out, "  %s %s\n", mark(c.OK), c.Text)
+		checks = append(checks, c)
+	}
 
 	fmt.Fprintf(r.out, "\n    The silent incidents, from ClickHouse\n\n")
 	inc := []Window{before, after, wl, crash}

@@ -25,14 +25,18 @@ type Scenario struct {
 
 // Scenarios are the reference's four workloads at its rates, prompt and output sizes, with
 // arrival windows short enough for the whole demo to fit in minutes. Overload keeps the
-// reference's 14 req/s long enough to fill the 256 slots and queue the excess.
+// reference's 14 req/s long enough to fill the 256 slots and queue the excess, and sends
+// OverloadStreamShare of its requests with a stream, the others without.
 func Scenarios(target string) []Scenario {
 	mk := func(name string, d time.Duration) load.Config {
 		return load.Config{Target: target, MetricsURL: "none", Scenario: name, Duration: d, Seed: 7, HTTPClient: LoadClient()}
 	}
+	overload := mk("overload", 40*time.Second)
+	share := OverloadStreamShare
+	overload.StreamShare = &share
 	return []Scenario{
 		{"normal", "Normal", mk("normal", 20*time.Second)},
-		{"overload", "Overload", mk("overload", 40*time.Second)},
+		{"overload", "Overload", overload},
 		{"long-prompt", "Long prompt", mk("long-prompt", 15*time.Second)},
 		{"long-output", "Long output", mk("long-output", 40*time.Second)},
 	}

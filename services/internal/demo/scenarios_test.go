@@ -78,3 +78,18 @@ func TestSentences(t *testing.T) {
 		t.Errorf("sentences = %q", got)
 	}
 }
+
+// The overload scenario sends part of its requests without a stream, so the report can show their
+// TTFT; the others stream every request.
+func TestScenariosStreamShare(t *testing.T) {
+	for _, sc := range Scenarios("http://gateway") {
+		switch {
+		case sc.Key == "overload":
+			if sc.Load.StreamShare == nil || *sc.Load.StreamShare != OverloadStreamShare || OverloadStreamShare <= 0 || OverloadStreamShare >= 1 {
+				t.Errorf("overload stream share %v, want %v (some streaming, some not)", sc.Load.StreamShare, OverloadStreamShare)
+			}
+		case sc.Load.StreamShare != nil || sc.Load.Stream != nil:
+			t.Errorf("%s: stream %v, share %v; want every request streamed", sc.Key, sc.Load.Stream, sc.Load.StreamShare)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/servescope/servescope/services/internal/diagnose"
+	"github.com/servescope/servescope/services/internal/testclock"
 	"github.com/servescope/servescope/services/internal/testenv"
 )
 
@@ -64,8 +65,8 @@ type db struct {
 func newDB(t *testing.T) *db {
 	t.Helper()
 	conn, _ := testenv.ClickHouse(t)
-	// One context bounds every parallel subtest sharing the database, queued ones included: it
-	// catches a hang, not a slow machine.
+	// One context for every write and diagnosis of the test (TestScenarios' eleven cases share it):
+	// it catches a hang, and leaves room for a machine loaded by other test runs.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	return &db{t: t, ctx: ctx, conn: conn}
@@ -197,13 +198,18 @@ func (d *db) exec(q string, args ...any) {
 	}
 }
 
-// ranges returns a 60 s window two hours ago and the 5 minutes before it as the baseline.
-func ranges() (diagnose.Range, diagnose.Range) { return slot(0) }
+// ranges returns a 60 s window starting at the evaluation time at and the 5 minutes before it as
+// the baseline. A test takes at once, before its cases run: two cases reading the clock on either
+// side of a whole hour would lay out overlapping slots. TestScenarios takes it from testclock, so
+// that scripts/test also runs it with windows and baselines across midnight; the data of these
+// tests do not follow the time of day.
+func ranges(at time.Time) (diagnose.Range, diagnose.Range) { return slot(at, 0) }
 
-// slot returns the i-th of a series of such windows, 10 minutes apart, so that the cases of one
-// test can share a database: no case's rows fall in another case's window or baseline.
-func slot(i int) (diagnose.Range, diagnose.Range) {
-	from := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour).Add(-time.Duration(i) * 10 * time.Minute)
+// slot returns the i-th of a series of such windows, 10 minutes apart going back from at, so that
+// the cases of one test can share a database: no case's rows fall in another case's window or
+// baseline.
+func slot(at time.Time, i int) (diagnose.Range, diagnose.Range) {
+	from := at.Add(-time.Duration(i) * 10 * time.Minute)
 	w := diagnose.Range{From: from, To: from.Add(time.Minute)}
 	return w, diagnose.Range{From: from.Add(-5 * time.Minute), To: from}
 }
@@ -226,6 +232,7 @@ func near(got *float64, want, tol float64) bool { return got != nil && math.Abs(
 // lands in and the numbers it names.
 func TestScenarios(t *testing.T) {
 	t.Parallel()
+	at := testclock.EvalTime(t, 2*time.Hour)
 	cases := []struct {
 		name     string
 		window   scenario
@@ -398,7 +405,7 @@ func TestScenarios(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			d := &db{t: t, ctx: shared.ctx, conn: shared.conn}
-			w, base := slot(i)
+			w, base := slot(at, i)
 			d.write(normal, base, tc.bOpts)
 			d.write(tc.window, w, tc.wOpts)
 			if tc.after != nil {
@@ -457,6 +464,7 @@ func deref(p *float64) any {
 // scenario would: the branches fall back to their absolute floors.
 func TestNoBaseline(t *testing.T) {
 	t.Parallel()
+	at := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour)
 	shared := newDB(t)
 	for i, tc := range []struct {
 		sc       scenario
@@ -470,7 +478,7 @@ func TestNoBaseline(t *testing.T) {
 		t.Run(tc.sc.name, func(t *testing.T) {
 			t.Parallel()
 			d := &db{t: t, ctx: shared.ctx, conn: shared.conn}
-			w, base := slot(i)
+			w, base := slot(at, i)
 			d.write(tc.sc, w, rowOpts{})
 			rep, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w, Baseline: base})
 			if err != nil {
@@ -491,8 +499,9 @@ func TestNoBaseline(t *testing.T) {
 // TestModelFilter keeps only the requested model's rows.
 func TestModelFilter(t *testing.T) {
 	t.Parallel()
+	at := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour)
 	d := newDB(t)
-	w, base := ranges()
+	w, base := ranges(at)
 	d.write(normal, base, rowOpts{})
 	d.write(normal, base, rowOpts{model: "other"})
 	d.write(longPrompt, w, rowOpts{model: "other"})
@@ -511,8 +520,9 @@ func TestModelFilter(t *testing.T) {
 // TestEmpty tells empty tables from an empty window, both as ErrNoData.
 func TestEmpty(t *testing.T) {
 	t.Parallel()
+	at := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour)
 	d := newDB(t)
-	w, base := ranges()
+	w, base := ranges(at)
 	_, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w})
 	if !errors.Is(err, diagnose.ErrNoData) || !strings.Contains(err.Error(), "every servescope table is empty") {
 		t.Errorf("empty tables: %v", err)
@@ -631,10 +641,11 @@ func (d *db) writeSpans(sc scenario, r diagnose.Range, o spanOpts) {
 // (joined on request_id), and everything comes from the spans when no gateway records requests.
 func TestEngineTimingSources(t *testing.T) {
 	t.Parallel()
+	at := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour)
 	t.Run("joined", func(t *testing.T) {
 		t.Parallel()
 		d := newDB(t)
-		w, _ := ranges()
+		w, _ := ranges(at)
 		d.write(overload, w, rowOpts{engineTimingsInSamplesOnly: true})
 		d.writeSpans(overload, w, spanOpts{})
 		rep, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w})
@@ -649,7 +660,7 @@ func TestEngineTimingSources(t *testing.T) {
 	t.Run("spans only", func(t *testing.T) {
 		t.Parallel()
 		d := newDB(t)
-		w, _ := ranges()
+		w, _ := ranges(at)
 		d.writeSpans(longOutput, w, spanOpts{})
 		rep, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w})
 		if err != nil {
@@ -674,10 +685,11 @@ func TestEngineTimingSources(t *testing.T) {
 // (migrations/000009), where counting spans would have counted n requests of 1/n of the output.
 func TestEngineChildrenCountOnce(t *testing.T) {
 	t.Parallel()
+	at := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour)
 	t.Run("spans only", func(t *testing.T) {
 		t.Parallel()
 		d := newDB(t)
-		w, _ := ranges()
+		w, _ := ranges(at)
 		d.writeSpans(longOutput, w, spanOpts{children: 4})
 		rep, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w})
 		if err != nil {
@@ -696,7 +708,7 @@ func TestEngineChildrenCountOnce(t *testing.T) {
 	t.Run("joined", func(t *testing.T) {
 		t.Parallel()
 		d := newDB(t)
-		w, _ := ranges()
+		w, _ := ranges(at)
 		d.write(overload, w, rowOpts{engineTimingsInSamplesOnly: true})
 		d.writeSpans(overload, w, spanOpts{children: 3})
 		rep, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w})
@@ -713,7 +725,7 @@ func TestEngineChildrenCountOnce(t *testing.T) {
 		// vLLM's V1 spans name no model: --model keeps the requests of the engine that served it.
 		t.Parallel()
 		d := newDB(t)
-		w, _ := ranges()
+		w, _ := ranges(at)
 		d.writeSamples(longOutput, w, rowOpts{})
 		d.writeSpans(longOutput, w, spanOpts{children: 2, engine: "http://vllm:8000/metrics"})
 		for model, want := range map[string]uint64{"Qwen/Qwen2.5-7B-Instruct-AWQ": 60, "other": 0} {
@@ -734,8 +746,9 @@ func TestEngineChildrenCountOnce(t *testing.T) {
 // waited 0.8 s in the queue had a TTFT of 0.05 s).
 func TestTTFTFromArrival(t *testing.T) {
 	t.Parallel()
+	at := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour)
 	d := newDB(t)
-	w, _ := ranges()
+	w, _ := ranges(at)
 	b, err := d.conn.PrepareBatch(d.ctx, `INSERT INTO requests (event_id, request_id, ts, arrival_ts, finished_ts, model, endpoint, stream,
 		status_code, ttft_s, queue_s, scheduled_to_first_token_s)`)
 	if err != nil {

@@ -59,10 +59,10 @@ type streamChunk struct {
 
 // send performs one request and classifies its outcome. It never returns an error: failures
 // are part of the result.
-func (r *resolved) send(ctx context.Context, model string, p prompt) result {
+func (r *resolved) send(ctx context.Context, model string, p prompt, stream bool) result {
 	ctx, cancel := context.WithTimeout(ctx, r.RequestTimeout)
 	defer cancel()
-	body := map[string]any{"model": model, "max_tokens": r.scenario.MaxTokens, "stream": r.stream}
+	body := map[string]any{"model": model, "max_tokens": r.scenario.MaxTokens, "stream": stream}
 	path := "/v1/chat/completions"
 	if r.Endpoint == "completions" {
 		path = "/v1/completions"
@@ -70,7 +70,7 @@ func (r *resolved) send(ctx context.Context, model string, p prompt) result {
 	} else {
 		body["messages"] = []map[string]string{{"role": "user", "content": p.content}}
 	}
-	if r.stream {
+	if stream {
 		body["stream_options"] = map[string]bool{"include_usage": true}
 	}
 	if r.ignoreEOS {
@@ -93,7 +93,7 @@ func (r *resolved) send(ctx context.Context, model string, p prompt) result {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return result{errKind: strconv.Itoa(resp.StatusCode), errMessage: string(msg), e2e: time.Since(start).Seconds()}
 	}
-	if !r.stream {
+	if !stream {
 		return readWhole(ctx, resp.Body, start)
 	}
 	return readStream(ctx, resp.Body, start)

@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -114,9 +115,52 @@ func TestResolveRejectsBadInput(t *testing.T) {
 		{Target: "http://x", Endpoint: "embeddings"},
 		{Target: "http://x", Arrival: "bursty"},
 		{Target: "http://x", Concurrency: -1},
+		{Target: "http://x", StreamShare: share(-0.1)},
+		{Target: "http://x", StreamShare: share(1.5)},
+		{Target: "http://x", StreamShare: share(math.NaN())},
+		{Target: "http://x", StreamShare: share(0.5), Stream: new(bool)},
 	} {
 		if _, err := resolve(cfg); err == nil {
 			t.Errorf("config %+v accepted", cfg)
+		}
+	}
+}
+
+func share(v float64) *float64 { return &v }
+
+// The stream share picks ⌈n·share⌉ of n requests, spread evenly, the first one included.
+func TestStreamShare(t *testing.T) {
+	no := false
+	for _, tc := range []struct {
+		cfg     Config
+		n       int
+		pattern string // s: streams, j: one JSON body
+	}{
+		{Config{}, 4, "ssss"},
+		{Config{Stream: &no}, 4, "jjjj"},
+		{Config{StreamShare: share(1)}, 4, "ssss"},
+		{Config{StreamShare: share(0)}, 4, "jjjj"},
+		{Config{StreamShare: share(0.5)}, 6, "sjsjsj"},
+		{Config{StreamShare: share(0.25)}, 8, "sjjjsjjj"},
+		{Config{StreamShare: share(0.75)}, 8, "sssjsssj"},
+		{Config{StreamShare: share(1.0 / 3)}, 7, "sjjsjjs"},
+	} {
+		cfg := tc.cfg
+		cfg.Target, cfg.Requests = "http://x", tc.n
+		r, err := resolve(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got strings.Builder
+		for i := range tc.n {
+			if r.streams(i) {
+				got.WriteByte('s')
+			} else {
+				got.WriteByte('j')
+			}
+		}
+		if got.String() != tc.pattern {
+			t.Errorf("%+v: %s, want %s", tc.cfg, got.String(), tc.pattern)
 		}
 	}
 }

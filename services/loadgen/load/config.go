@@ -17,6 +17,7 @@ package load
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -64,6 +65,12 @@ type Config struct {
 	MaxTokens    int
 	// Stream selects streaming responses; nil means true (TTFT and TPOT need a stream).
 	Stream *bool
+	// StreamShare is the share of requests sent with "stream": true, from 0 to 1, spread evenly
+	// over the run (request i streams when ⌈(i+1)·share⌉ > ⌈i·share⌉: the first one does, and n
+	// requests carry ⌈n·share⌉ streams); the others ask for one JSON body, whose TTFT the client
+	// cannot see but the engine and the gateway record. nil: all of them when Stream is nil or
+	// true, none when false. Set Stream or StreamShare, not both.
+	StreamShare *float64
 	// SamePrompt overrides the scenario's prompt sharing when set.
 	SamePrompt *bool
 	// IgnoreEOS sends vLLM's ignore_eos so every answer runs to max_tokens as in the
@@ -98,12 +105,12 @@ func boolOr(p *bool, def bool) bool {
 // resolved is a Config with every default applied.
 type resolved struct {
 	Config
-	scenario   Scenario
-	stream     bool
-	samePrompt bool
-	ignoreEOS  bool
-	total      int
-	offsets    []time.Duration // arrival of each request from the start, simulated time
+	scenario    Scenario
+	streamShare float64 // share of requests that stream, 0..1
+	samePrompt  bool
+	ignoreEOS   bool
+	total       int
+	offsets     []time.Duration // arrival of each request from the start, simulated time
 }
 
 // arrivals lays out the requests' send times: n of them when n > 0, else every arrival within
@@ -160,7 +167,18 @@ func resolve(cfg Config) (resolved, error) {
 		return r, fmt.Errorf("rate, duration, requests, prompt tokens, max tokens, concurrency and time scale must not be negative")
 	}
 	r.scenario = sc
-	r.stream = boolOr(cfg.Stream, true)
+	switch {
+	case cfg.StreamShare != nil && cfg.Stream != nil:
+		return r, fmt.Errorf("set stream or stream share, not both")
+	case cfg.StreamShare != nil:
+		// Written so that NaN fails too.
+		if !(*cfg.StreamShare >= 0 && *cfg.StreamShare <= 1) {
+			return r, fmt.Errorf("stream share %g: want a share from 0 to 1", *cfg.StreamShare)
+		}
+		r.streamShare = *cfg.StreamShare
+	case boolOr(cfg.Stream, true):
+		r.streamShare = 1
+	}
 	r.samePrompt = boolOr(cfg.SamePrompt, sc.SamePrompt)
 	r.ignoreEOS = boolOr(cfg.IgnoreEOS, true)
 	if r.TimeScale == 0 {
@@ -208,6 +226,12 @@ func resolve(cfg Config) (resolved, error) {
 		}}
 	}
 	return r, nil
+}
+
+// streams reports whether request i (0-based) asks for a stream: the share's requests spread evenly
+// over the run, the first one streaming whenever the share is above 0.
+func (r *resolved) streams(i int) bool {
+	return math.Ceil(float64(i+1)*r.streamShare) > math.Ceil(float64(i)*r.streamShare)
 }
 
 // wall converts a simulated duration to the wall duration it takes at the run's time scale.

@@ -40,11 +40,16 @@ type EngineReport struct {
 // Report is the outcome of one run. Client-side figures come from loadgen's own measurements;
 // Engine from the server's /metrics.
 type Report struct {
-	Scenario           string  `json:"scenario"`
-	Target             string  `json:"target"`
-	Model              string  `json:"model"`
-	Endpoint           string  `json:"endpoint"`
+	Scenario string `json:"scenario"`
+	Target   string `json:"target"`
+	Model    string `json:"model"`
+	Endpoint string `json:"endpoint"`
+	// Stream is true when every request asked for a stream; StreamShare is the share that did
+	// (Config.StreamShare) and Streamed the number of sent requests that did. Client-side TTFT and
+	// TPOT come from the streamed requests only; E2E from all.
 	Stream             bool    `json:"stream"`
+	StreamShare        float64 `json:"stream_share"`
+	Streamed           int     `json:"streamed"`
 	TimeScale          float64 `json:"time_scale"`
 	RateRPS            float64 `json:"rate_rps"`
 	Arrival            string  `json:"arrival"`
@@ -92,6 +97,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 	p := func(format string, a ...any) { fmt.Fprintf(tw, format, a...) }
 	p("scenario\t%s (%s, %g req/s, %d-token prompt, max_tokens %d, time scale %g)\n", rep.Scenario, rep.Target, rep.RateRPS, rep.PromptTokensTarget, rep.MaxTokens, rep.TimeScale)
 	p("requests\tsent %d, succeeded %d, failed %d\n", rep.Sent, rep.Succeeded, rep.Failed)
+	if rep.StreamShare < 1 {
+		p("streaming\t%d of %d sent (share %g); TTFT and TPOT below are the streamed ones\n", rep.Streamed, rep.Sent, rep.StreamShare)
+	}
 	if len(rep.Errors) > 0 {
 		keys := make([]string, 0, len(rep.Errors))
 		for k := range rep.Errors {

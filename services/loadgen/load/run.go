@@ -37,7 +37,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	rep := &Report{
-		Scenario: r.scenario.Name, Target: r.Target, Model: model, Endpoint: r.Endpoint, Stream: r.stream,
+		Scenario: r.scenario.Name, Target: r.Target, Model: model, Endpoint: r.Endpoint,
+		Stream: r.streamShare == 1, StreamShare: r.streamShare,
 		TimeScale: r.TimeScale, RateRPS: r.scenario.Rate, PromptTokensTarget: r.scenario.PromptTokens,
 		MaxTokens: r.scenario.MaxTokens, Planned: r.total, Errors: map[string]int{}, FinishReasons: map[string]int{},
 		TokenizeCalls: tk.calls, Arrival: r.Arrival,
@@ -104,10 +105,14 @@ dispatch:
 		}
 		wg.Add(1)
 		rep.Sent++
+		stream := r.streams(i)
+		if stream {
+			rep.Streamed++
+		}
 		go func(i int) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			results[i] = r.send(ctx, model, prompts[i])
+			results[i] = r.send(ctx, model, prompts[i], stream)
 			mu.Lock()
 			done++
 			n := done
