@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"sync"
@@ -54,6 +55,8 @@ type pipeline struct {
 type pipelineOptions struct {
 	Engine    engine.Config // zero value: engine.DefaultConfig()
 	TimeScale float64       // simulated seconds per wall second; 0 = 20
+	// WrapEngine, when set, wraps the simulator's HTTP handler (to see what the engine sent).
+	WrapEngine func(http.Handler) http.Handler
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -147,6 +150,9 @@ func startPipeline(t *testing.T, o pipelineOptions) *pipeline {
 	}
 	s := sim.New(sim.Options{Clock: clock, Engine: o.Engine, Observers: []engine.Observer{exp}})
 	api.Config.Handler = s.Handler
+	if o.WrapEngine != nil {
+		api.Config.Handler = o.WrapEngine(s.Handler)
+	}
 	api.Start()
 	ran := make(chan error, 1)
 	go func() { ran <- s.Engine.Run(sctx) }()
