@@ -1,4 +1,4 @@
 package schema
 
 // The JSON Schema files under jsonschema/ are generated from the types of this package.
-//go:generate go run ./internal/gen/jsonschemagen -src . -out jsonschema
+//go:generate go run ../dev/cmd/jsonschemagen -src . -out jsonschema

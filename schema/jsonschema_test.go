@@ -11,8 +11,8 @@ import (
 
 	sjs "github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/servescope/servescope/dev/jsonschemagen"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/schema/internal/gen"
 )
 
 const jsonSchemaDir = "jsonschema"

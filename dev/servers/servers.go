@@ -3,7 +3,7 @@
 // pinned in go.mod, and the ClickHouse engine of libchdb.so run by the chlaunch launcher
 // (deploy/dev/chlaunch), both installed by scripts/dev-services under its cache directory.
 //
-// One description serves every user: the tests (services/internal/testenv) and the chaos suite
+// One description serves every user: the tests (dev/testenv) and the chaos suite
 // run private servers they supervise ([NewNATS], [NewClickHouse]: a [proc.Process] that can be
 // stopped, killed and started again on the same ports and data), and scripts/dev-services runs
 // the shared dev servers detached from the same [NATS.Spec] and [ClickHouse.Spec]. Every server

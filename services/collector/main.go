@@ -20,11 +20,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/services/collector/collector"
 	"github.com/servescope/servescope/services/collector/logship"
-	"github.com/servescope/servescope/services/internal/bus"
-	"github.com/servescope/servescope/services/internal/config"
 )
 
 func main() {

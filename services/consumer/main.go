@@ -18,8 +18,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/services/consumer/app"
-	"github.com/servescope/servescope/services/internal/config"
 )
 
 func main() {

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servescope/servescope/services/detector/synth"
-	"github.com/servescope/servescope/services/internal/chstore"
-	"github.com/servescope/servescope/services/internal/testclock"
-	"github.com/servescope/servescope/services/internal/testenv"
+	"github.com/servescope/servescope/dev/synth"
+	"github.com/servescope/servescope/dev/testclock"
+	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/chstore"
 )
 
 // `detector --once --at T` prints exactly one JSON object per pending/firing alert, as of T.

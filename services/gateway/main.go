@@ -10,8 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/services/gateway/server"
-	"github.com/servescope/servescope/services/internal/config"
 )
 
 func main() {

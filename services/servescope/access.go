@@ -6,9 +6,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/servescope/servescope/services/internal/chstore"
-	"github.com/servescope/servescope/services/internal/config"
-	"github.com/servescope/servescope/services/internal/security"
+	"github.com/servescope/servescope/dev/security"
+	"github.com/servescope/servescope/internal/chstore"
+	"github.com/servescope/servescope/internal/config"
 )
 
 // accessSettings are the least-privilege accounts' names and passwords.

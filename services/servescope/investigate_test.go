@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servescope/servescope/services/internal/postmortem"
-	"github.com/servescope/servescope/services/internal/testenv"
+	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/services/servescope/postmortem"
 )
 
-const crashLog = "../internal/postmortem/testdata/v0_10_type_one.log"
+const crashLog = "postmortem/testdata/v0_10_type_one.log"
 
 // run executes the CLI with args and returns its output and exit code as main would set it.
 func run(t *testing.T, args ...string) (string, int, error) {

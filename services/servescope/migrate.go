@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/servescope/servescope/services/internal/chstore"
-	"github.com/servescope/servescope/services/internal/config"
+	"github.com/servescope/servescope/internal/chstore"
+	"github.com/servescope/servescope/internal/config"
 )
 
 func newMigrateCmd() *cobra.Command {

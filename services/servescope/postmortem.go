@@ -9,11 +9,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/servescope/servescope/internal/chstore"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/internal/chstore"
-	"github.com/servescope/servescope/services/internal/config"
-	"github.com/servescope/servescope/services/internal/diagnose"
-	"github.com/servescope/servescope/services/internal/postmortem"
+	"github.com/servescope/servescope/services/servescope/diagnose"
+	"github.com/servescope/servescope/services/servescope/postmortem"
 )
 
 func newPostmortemCmd() *cobra.Command {

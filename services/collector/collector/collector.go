@@ -22,11 +22,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/collector/logship"
 	"github.com/servescope/servescope/services/collector/otlp"
 	"github.com/servescope/servescope/services/collector/scrape"
-	"github.com/servescope/servescope/services/internal/config"
 )
 
 // Publisher takes events for delivery; schema/publish's Publisher is one.

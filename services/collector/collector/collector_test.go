@@ -21,12 +21,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/services/collector/logship"
-	"github.com/servescope/servescope/services/internal/bus"
-	"github.com/servescope/servescope/services/internal/config"
-	"github.com/servescope/servescope/services/internal/testenv"
 )
 
 // events reads every event on the test's stream until want says it has enough or the deadline.

@@ -21,16 +21,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/services/consumer/app"
-	"github.com/servescope/servescope/services/internal/bus"
-	"github.com/servescope/servescope/services/internal/config"
-	"github.com/servescope/servescope/services/internal/testenv"
-	"github.com/servescope/servescope/services/vllmsim/engine"
-	"github.com/servescope/servescope/services/vllmsim/sim"
-	"github.com/servescope/servescope/services/vllmsim/simtrace"
-	simlog "github.com/servescope/servescope/services/vllmsim/vllmlog"
+	"github.com/servescope/servescope/sim/vllmsim/engine"
+	"github.com/servescope/servescope/sim/vllmsim/sim"
+	"github.com/servescope/servescope/sim/vllmsim/simtrace"
+	simlog "github.com/servescope/servescope/sim/vllmsim/vllmlog"
 )
 
 // simRig is a vllmsim (served by httptest, its log in a file, its spans exported to the

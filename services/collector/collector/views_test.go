@@ -9,8 +9,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"github.com/servescope/servescope/services/internal/testclock"
-	"github.com/servescope/servescope/services/internal/testenv"
+	"github.com/servescope/servescope/dev/testclock"
+	"github.com/servescope/servescope/dev/testenv"
 )
 
 // sampleRow is one engine_samples row as the consumer writes it.

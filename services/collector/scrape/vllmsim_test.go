@@ -5,9 +5,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/servescope/servescope/services/vllmsim/engine"
-	"github.com/servescope/servescope/services/vllmsim/simmetrics"
-	"github.com/servescope/servescope/services/vllmsim/vllmversion"
+	"github.com/servescope/servescope/sim/vllmsim/engine"
+	"github.com/servescope/servescope/sim/vllmsim/simmetrics"
+	"github.com/servescope/servescope/sim/vllmsim/vllmversion"
 )
 
 // TestScrapeVLLMSimEveryRelease scrapes vllmsim's /metrics in each vLLM release's format, the way

@@ -22,11 +22,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/internal/chstore"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/services/consumer/pipeline"
 	"github.com/servescope/servescope/services/consumer/sink"
-	"github.com/servescope/servescope/services/internal/bus"
-	"github.com/servescope/servescope/services/internal/chstore"
-	"github.com/servescope/servescope/services/internal/config"
 )
 
 // Config is the consumer's configuration, read from the environment with config.Load.

@@ -13,12 +13,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/servescope/servescope/dev/eventgen"
+	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/consumer/internal/eventgen"
 	"github.com/servescope/servescope/services/consumer/sink"
-	"github.com/servescope/servescope/services/internal/bus"
-	"github.com/servescope/servescope/services/internal/config"
-	"github.com/servescope/servescope/services/internal/testenv"
 )
 
 // 100,000 events of every kind land as exactly that many rows per kind, all acknowledged, and

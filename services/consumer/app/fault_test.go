@@ -19,12 +19,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/servescope/servescope/dev/proc"
+	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/internal/chstore"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/consumer/sink"
-	"github.com/servescope/servescope/services/internal/bus"
-	"github.com/servescope/servescope/services/internal/chstore"
-	"github.com/servescope/servescope/services/internal/config"
-	"github.com/servescope/servescope/services/internal/testenv"
 )
 
 // consumerBinary builds the consumer binary (package main of services/consumer) once per test

@@ -19,11 +19,11 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/servescope/servescope/dev/eventgen"
+	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/consumer/internal/eventgen"
 	"github.com/servescope/servescope/services/consumer/sink"
-	"github.com/servescope/servescope/services/internal/bus"
-	"github.com/servescope/servescope/services/internal/config"
 )
 
 // publishEvents publishes n events cycling through kinds (index i gets kinds[i%len]) and returns

@@ -13,12 +13,12 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/servescope/servescope/dev/eventgen"
+	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/consumer/internal/eventgen"
 	"github.com/servescope/servescope/services/consumer/sink"
-	"github.com/servescope/servescope/services/internal/bus"
-	"github.com/servescope/servescope/services/internal/chstore"
-	"github.com/servescope/servescope/services/internal/testenv"
 )
 
 // ingestErrorRow is a row of ingest_errors.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servescope/servescope/dev/eventgen"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/consumer/internal/eventgen"
 )
 
 // decode must agree with schema.DecodeAt on every input: the same event or the same error.

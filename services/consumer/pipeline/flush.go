@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/consumer/sink"
-	"github.com/servescope/servescope/services/internal/bus"
 )
 
 // labelClickHouse is the dead_lettered_total reason of rows ClickHouse refused.

@@ -9,10 +9,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/servescope/servescope/dev/eventgen"
+	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/consumer/internal/eventgen"
 	"github.com/servescope/servescope/services/consumer/sink"
-	"github.com/servescope/servescope/services/internal/bus"
 )
 
 // A dead letter always fits the server's max_payload with its headers: the reason is shortened,

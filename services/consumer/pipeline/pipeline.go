@@ -125,9 +125,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/consumer/sink"
-	"github.com/servescope/servescope/services/internal/bus"
 )
 
 // Settings tune the pipeline.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
-	"github.com/servescope/servescope/services/internal/testenv"
+	"github.com/servescope/servescope/dev/testenv"
 )
 
 func exception(code int32, msg string) error {

@@ -11,10 +11,10 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/servescope/servescope/dev/eventgen"
+	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/consumer/internal/eventgen"
-	"github.com/servescope/servescope/services/internal/chstore"
-	"github.com/servescope/servescope/services/internal/testenv"
 )
 
 // The column lists must be exactly the tables' columns (in order, without ingested_at, which

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servescope/servescope/services/internal/testenv"
+	"github.com/servescope/servescope/dev/testenv"
 )
 
 // Accepted reads back, per receiver, the state changes answered 2xx since a time: failed attempts,

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	builtin "github.com/servescope/servescope/deploy/detector"
+	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/services/detector/rules"
-	"github.com/servescope/servescope/services/internal/testenv"
 )
 
 // TestOverloadQueueCountsRequestsNotChildren feeds overload_queue the engine spans of n > 1

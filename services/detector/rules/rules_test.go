@@ -9,8 +9,8 @@ import (
 	"time"
 
 	builtin "github.com/servescope/servescope/deploy/detector"
+	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/services/detector/rules"
-	"github.com/servescope/servescope/services/internal/testenv"
 )
 
 func TestParseRejectsBadFiles(t *testing.T) {

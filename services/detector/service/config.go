@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/servescope/servescope/services/internal/config"
+	"github.com/servescope/servescope/internal/config"
 )
 
 // Config is the detector's environment.

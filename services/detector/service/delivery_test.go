@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servescope/servescope/dev/synth"
+	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/services/detector/service"
-	"github.com/servescope/servescope/services/detector/synth"
-	"github.com/servescope/servescope/services/internal/testenv"
 )
 
 // A state change counts as delivered to a receiver only once the receiver answered 2xx: a

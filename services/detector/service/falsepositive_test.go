@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servescope/servescope/services/detector/synth"
-	"github.com/servescope/servescope/services/internal/testclock"
-	"github.com/servescope/servescope/services/internal/testenv"
+	"github.com/servescope/servescope/dev/synth"
+	"github.com/servescope/servescope/dev/testclock"
+	"github.com/servescope/servescope/dev/testenv"
 )
 
 // A normal synthetic week — daily seasonality (rate swinging ±60% around its mean), log-normal

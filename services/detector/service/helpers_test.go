@@ -14,10 +14,10 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/servescope/servescope/dev/synth"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/services/detector/rules"
 	"github.com/servescope/servescope/services/detector/service"
-	"github.com/servescope/servescope/services/detector/synth"
-	"github.com/servescope/servescope/services/internal/config"
 )
 
 // opTimeout bounds one insert or replay: it catches a hang, not a slow query, so it leaves room for

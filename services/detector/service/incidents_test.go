@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servescope/servescope/dev/synth"
+	"github.com/servescope/servescope/dev/testclock"
+	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/services/detector/service"
-	"github.com/servescope/servescope/services/detector/synth"
-	"github.com/servescope/servescope/services/internal/testclock"
-	"github.com/servescope/servescope/services/internal/testenv"
 )
 
 // Each built-in rule fires on its incident, written as synthetic traffic with past timestamps after

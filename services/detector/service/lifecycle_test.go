@@ -12,11 +12,11 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/servescope/servescope/dev/synth"
+	"github.com/servescope/servescope/dev/testclock"
+	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/services/detector/notify"
 	"github.com/servescope/servescope/services/detector/service"
-	"github.com/servescope/servescope/services/detector/synth"
-	"github.com/servescope/servescope/services/internal/testclock"
-	"github.com/servescope/servescope/services/internal/testenv"
 )
 
 // webhookReceiver is an Alertmanager-style receiver on a fixed loopback address that can be taken

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servescope/servescope/dev/synth"
+	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/services/detector/service"
-	"github.com/servescope/servescope/services/detector/synth"
-	"github.com/servescope/servescope/services/internal/config"
-	"github.com/servescope/servescope/services/internal/testenv"
 )
 
 // DETECTOR_RULES_DIR adds rules and replaces built-in rules of the same name.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/servescope/servescope/services/gateway/internal/enginetest"
+	"github.com/servescope/servescope/dev/enginetest"
 )
 
 // usageMode is how a generated stream gets (or does not get) its usage.

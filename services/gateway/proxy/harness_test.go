@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servescope/servescope/dev/enginetest"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/gateway/internal/enginetest"
 	"github.com/servescope/servescope/services/gateway/record"
 )
 

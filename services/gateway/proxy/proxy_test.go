@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servescope/servescope/services/gateway/internal/enginetest"
+	"github.com/servescope/servescope/dev/enginetest"
 )
 
 func TestTraceparent(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servescope/servescope/services/gateway/internal/enginetest"
+	"github.com/servescope/servescope/dev/enginetest"
 )
 
 func golden(t testing.TB, name string) []byte {

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/services/gateway/proxy"
-	"github.com/servescope/servescope/services/internal/config"
 )
 
 // Config is the gateway's configuration, read from the environment by config.Load.

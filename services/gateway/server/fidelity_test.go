@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servescope/servescope/services/gateway/internal/enginetest"
-	"github.com/servescope/servescope/services/internal/testenv"
+	"github.com/servescope/servescope/dev/enginetest"
+	"github.com/servescope/servescope/dev/testenv"
 )
 
 // startReplay runs an engine that answers every request with s's bytes, at s's pace.

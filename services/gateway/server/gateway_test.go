@@ -16,8 +16,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/internal/testenv"
 )
 
 const (

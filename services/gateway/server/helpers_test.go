@@ -13,11 +13,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/servescope/servescope/dev/enginetest"
+	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/gateway/internal/enginetest"
 	"github.com/servescope/servescope/services/gateway/server"
-	"github.com/servescope/servescope/services/internal/bus"
-	"github.com/servescope/servescope/services/internal/config"
 )
 
 // tWriter sends log lines to the test log.

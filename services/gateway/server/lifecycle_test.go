@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/gateway/server"
-	"github.com/servescope/servescope/services/internal/bus"
-	"github.com/servescope/servescope/services/internal/config"
-	"github.com/servescope/servescope/services/internal/testenv"
 )
 
 // TestShutdownDrainsStreamsThenFlushesEvents stops the gateway while a stream is in flight: the

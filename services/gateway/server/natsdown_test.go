@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/internal/bus"
-	"github.com/servescope/servescope/services/internal/testenv"
 )
 
 // TestNATSStoppedDuringRun stops the NATS server process in the middle of 1,000 requests and

@@ -19,11 +19,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/services/gateway/ingest"
 	"github.com/servescope/servescope/services/gateway/proxy"
 	"github.com/servescope/servescope/services/gateway/record"
-	"github.com/servescope/servescope/services/internal/bus"
 )
 
 // Server is a running gateway.

@@ -13,10 +13,10 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/servescope/servescope/services/internal/testenv"
-	"github.com/servescope/servescope/services/vllmsim/engine"
-	"github.com/servescope/servescope/services/vllmsim/sim"
-	"github.com/servescope/servescope/services/vllmsim/simserver"
+	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/sim/vllmsim/engine"
+	"github.com/servescope/servescope/sim/vllmsim/sim"
+	"github.com/servescope/servescope/sim/vllmsim/simserver"
 )
 
 // startSim runs vllmsim in-process in real time and returns its URL.

@@ -1,0 +1,365 @@
+// Command consumerbench is the engine of scripts/bench-consumer. In one run, on an isolated
+// subject prefix and ClickHouse databases that it removes afterwards, it measures:
+//
+//	(a) raw JetStream fetch+ack: a durable pull consumer fetching the pre-filled stream in pulls of
+//	    1,000 and acknowledging each message, no decoding and no sink;
+//	(b) raw ClickHouse insert: the same rows, already built, inserted by the consumer's sink in
+//	    batches of CONSUMER_BATCH_ROWS, two inserts at a time like the consumer, no NATS;
+//	(c) the consumer binary (a separate process) draining the stream of N request.finished events
+//	    into ClickHouse, from its start until the durable consumer has nothing pending or
+//	    unacknowledged.
+//
+// All three share the machine's cores, so the bound for (c) is the serial one,
+// 1 / (1/a + 1/b); the target is (c) ≥ 0.8 × bound with the consumer's peak RSS (VmHWM) at most
+// 300 MB. The last line printed is one JSON object with the figures; the exit status is 1 when a
+// target was missed, 2 when the benchmark could not run.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/segmentio/ksuid"
+
+	"github.com/servescope/servescope/dev/eventgen"
+	"github.com/servescope/servescope/dev/proc"
+	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/internal/chstore"
+	"github.com/servescope/servescope/internal/config"
+	"github.com/servescope/servescope/schema"
+	"github.com/servescope/servescope/services/consumer/sink"
+)
+
+// Targets from issue 5.
+const (
+	targetDrainRatio = 0.8
+	targetPeakRSSMB  = 300
+)
+
+type result struct {
+	Bench              string  `json:"bench"`
+	Events             int     `json:"events"`
+	EventBytes         int     `json:"event_bytes"`
+	RawJetStreamRowsS  float64 `json:"raw_jetstream_rows_s"`
+	RawClickHouseRowsS float64 `json:"raw_clickhouse_rows_s"`
+	BoundRowsS         float64 `json:"bound_rows_s"`
+	ConsumerRowsS      float64 `json:"consumer_rows_s"`
+	DrainRatio         float64 `json:"drain_ratio"`
+	PeakRSSMB          float64 `json:"peak_rss_mb"`
+	TargetsMet         bool    `json:"targets_met"`
+}
+
+func main() {
+	events := flag.Int("events", 1_000_000, "request.finished events in the pre-filled stream")
+	consumerBin := flag.String("consumer", "", "path of the consumer binary (required)")
+	batchRows := flag.Int("batch-rows", 10_000, "CONSUMER_BATCH_ROWS for (b) and (c)")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *consumerBin == "" {
+		fmt.Fprintln(os.Stderr, "consumerbench: -consumer is required")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	res, err := run(ctx, log, *consumerBin, *events, *batchRows)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "consumerbench:", err)
+		os.Exit(2)
+	}
+	b, _ := json.Marshal(res)
+	fmt.Println(string(b))
+	if !res.TargetsMet {
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, log *slog.Logger, consumerBin string, n, batchRows int) (res result, err error) {
+	natsCfg, err := config.Load[config.NATS]()
+	if err != nil {
+		return res, err
+	}
+	chCfg, err := config.Load[config.ClickHouse]()
+	if err != nil {
+		return res, err
+	}
+	id := strings.ToLower(ksuid.New().String())
+	natsCfg.SubjectPrefix = "bench_" + id
+	topo := bus.FromConfig(&natsCfg)
+	rawDB, consumerDB := chCfg, chCfg
+	rawDB.Database, consumerDB.Database = "bench_raw_"+id, "bench_consumer_"+id
+
+	nc, err := natsCfg.Connect("consumerbench")
+	if err != nil {
+		return res, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return res, err
+	}
+	if err := bus.Provision(ctx, js, topo, bus.Settings(&natsCfg)); err != nil {
+		return res, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = js.DeleteStream(cctx, topo.Stream())
+		_ = js.DeleteStream(cctx, topo.DLQStream())
+		for _, db := range []config.ClickHouse{rawDB, consumerDB} {
+			admin := db
+			admin.Database = "default"
+			if conn, err := chstore.Open(cctx, admin); err == nil {
+				_ = conn.Exec(cctx, "DROP DATABASE IF EXISTS `"+db.Database+"` SYNC")
+				_ = conn.Close()
+			}
+		}
+	}()
+	for _, db := range []config.ClickHouse{rawDB, consumerDB} {
+		if err := chstore.Migrate(ctx, db); err != nil {
+			return res, err
+		}
+	}
+
+	// Pre-fill the stream; keep the events for (b).
+	base := time.Now().Add(-time.Hour)
+	evs := make([]schema.Event, n)
+	subject := topo.Subject(schema.KindRequestFinished)
+	start := time.Now()
+	for i := range n {
+		e := eventgen.RequestFinished(i, base)
+		data := eventgen.Encode(e)
+		if i == 0 {
+			res.EventBytes = len(data)
+		}
+		evs[i] = e
+		m := nats.NewMsg(subject)
+		m.Data = data
+		m.Header.Set(jetstream.MsgIDHeader, e.EventID)
+		for {
+			if _, err = js.PublishMsgAsync(m); !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				break
+			}
+			<-js.PublishAsyncComplete()
+		}
+		if err != nil {
+			return res, fmt.Errorf("pre-fill: publish event %d: %w", i, err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(2 * time.Minute):
+		return res, errors.New("pre-fill: publishes not acknowledged after 2 min")
+	}
+	log.Info("pre-filled stream", "events", n, "event_bytes", res.EventBytes, "seconds", time.Since(start).Seconds())
+	res.Bench, res.Events = "consumer", n
+
+	if res.RawJetStreamRowsS, err = rawJetStream(ctx, js, topo, n); err != nil {
+		return res, err
+	}
+	log.Info("(a) raw JetStream fetch+ack", "rows_s", int(res.RawJetStreamRowsS))
+	if res.RawClickHouseRowsS, err = rawClickHouse(ctx, rawDB, evs, batchRows); err != nil {
+		return res, err
+	}
+	log.Info("(b) raw ClickHouse insert", "rows_s", int(res.RawClickHouseRowsS))
+	evs = nil
+
+	var rss float64
+	if res.ConsumerRowsS, rss, err = consumerDrain(ctx, log, consumerBin, js, topo, natsCfg, consumerDB, n, batchRows); err != nil {
+		return res, err
+	}
+	res.PeakRSSMB = rss
+	res.BoundRowsS = 1 / (1/res.RawJetStreamRowsS + 1/res.RawClickHouseRowsS)
+	res.DrainRatio = res.ConsumerRowsS / res.BoundRowsS
+	res.TargetsMet = res.DrainRatio >= targetDrainRatio && res.PeakRSSMB <= targetPeakRSSMB
+	fmt.Printf("(a) raw JetStream fetch+ack     %10.0f rows/s\n", res.RawJetStreamRowsS)
+	fmt.Printf("(b) raw ClickHouse insert       %10.0f rows/s\n", res.RawClickHouseRowsS)
+	fmt.Printf("    serial bound 1/(1/a+1/b)    %10.0f rows/s\n", res.BoundRowsS)
+	fmt.Printf("(c) consumer drain              %10.0f rows/s  (%.2f × bound, target ≥ %.1f)\n", res.ConsumerRowsS, res.DrainRatio, targetDrainRatio)
+	fmt.Printf("    consumer peak RSS           %10.1f MB      (target ≤ %d)\n", res.PeakRSSMB, targetPeakRSSMB)
+	return res, nil
+}
+
+// rawJetStream drains the stream with a throw-away durable consumer, fetching like the consumer
+// does and acknowledging every message, and returns messages per second.
+func rawJetStream(ctx context.Context, js jetstream.JetStream, topo bus.Topology, n int) (float64, error) {
+	cons, err := js.CreateOrUpdateConsumer(ctx, topo.Stream(), jetstream.ConsumerConfig{
+		Durable: "bench-raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 41_000, AckWait: 30 * time.Second,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("(a) create consumer: %w", err)
+	}
+	defer func() { _ = js.DeleteConsumer(context.WithoutCancel(ctx), topo.Stream(), "bench-raw") }()
+	start := time.Now()
+	got := 0
+	for got < n {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		mb, err := cons.Fetch(1000, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return 0, fmt.Errorf("(a) fetch: %w", err)
+		}
+		for m := range mb.Messages() {
+			if err := m.Ack(); err != nil {
+				return 0, fmt.Errorf("(a) ack: %w", err)
+			}
+			got++
+		}
+	}
+	// The acks must have reached the server for the rate to be honest.
+	if err := js.Conn().FlushTimeout(30 * time.Second); err != nil {
+		return 0, fmt.Errorf("(a) flush acks: %w", err)
+	}
+	return float64(got) / time.Since(start).Seconds(), nil
+}
+
+// rawClickHouse inserts the events with the consumer's sink, batchRows per insert, two inserts
+// at a time as the consumer runs them, and returns rows per second.
+func rawClickHouse(ctx context.Context, db config.ClickHouse, evs []schema.Event, batchRows int) (float64, error) {
+	conn, err := chstore.Open(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	s := sink.New(conn)
+	const inserters = 2 // as in package pipeline
+	batches := make(chan []schema.Event)
+	errs := make(chan error, inserters)
+	start := time.Now()
+	for range inserters {
+		go func() {
+			var first error
+			for b := range batches {
+				if first != nil {
+					continue
+				}
+				ids := make([]string, len(b))
+				for j, e := range b {
+					ids[j] = e.Head().EventID
+				}
+				if err := s.InsertEvents(ctx, schema.KindRequestFinished, b, sink.Token(sink.TableRequests, ids)); err != nil {
+					first = fmt.Errorf("(b) %w", err)
+				}
+			}
+			errs <- first
+		}()
+	}
+	for i := 0; i < len(evs); i += batchRows {
+		batches <- evs[i:min(i+batchRows, len(evs))]
+	}
+	close(batches)
+	for range inserters {
+		if err := <-errs; err != nil {
+			return 0, err
+		}
+	}
+	return float64(len(evs)) / time.Since(start).Seconds(), nil
+}
+
+// consumerDrain runs the consumer binary until its durable consumer has drained the stream and
+// returns rows per second and the process's peak RSS in MB.
+func consumerDrain(ctx context.Context, log *slog.Logger, bin string, js jetstream.JetStream, topo bus.Topology,
+	natsCfg config.NATS, db config.ClickHouse, n, batchRows int) (float64, float64, error) {
+	logFile, err := os.CreateTemp("", "consumerbench-*.log")
+	if err != nil {
+		return 0, 0, err
+	}
+	logFile.Close()
+	defer os.Remove(logFile.Name())
+	p, err := proc.New(proc.Spec{
+		Name: "consumer", Path: bin, Log: logFile.Name(), StopGrace: 30 * time.Second,
+		Env: []string{
+			"SERVESCOPE_NATS_URL=" + natsCfg.URL,
+			"SERVESCOPE_SUBJECT_PREFIX=" + natsCfg.SubjectPrefix,
+			"SERVESCOPE_CLICKHOUSE_ADDR=" + strings.Join(db.Addr, ","),
+			"SERVESCOPE_CLICKHOUSE_DATABASE=" + db.Database,
+			"CONSUMER_DURABLE=bench-consumer",
+			"CONSUMER_BATCH_ROWS=" + strconv.Itoa(batchRows),
+			"CONSUMER_METRICS_ADDR=127.0.0.1:0",
+		},
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	if err := p.Start(ctx); err != nil {
+		return 0, 0, fmt.Errorf("(c) start consumer: %w", err)
+	}
+	defer func() { _ = p.Kill(context.Background()) }()
+	var elapsed time.Duration
+	for {
+		select {
+		case <-p.Done():
+			return 0, 0, fmt.Errorf("(c) consumer exited early: %v\n%s", p.Err(), p.LogTail())
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		c, err := js.Consumer(ctx, topo.Stream(), "bench-consumer")
+		if err != nil {
+			continue
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			continue
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= uint64(n) {
+			elapsed = time.Since(start)
+			break
+		}
+		if time.Since(start) > 10*time.Minute {
+			return 0, 0, errors.New("(c) consumer did not drain the stream within 10 min")
+		}
+	}
+	rss, err := peakRSSMB(p.Pid())
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := p.Stop(ctx); err != nil {
+		return 0, 0, fmt.Errorf("(c) consumer did not exit cleanly: %w", err)
+	}
+	conn, err := chstore.Open(ctx, db)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer conn.Close()
+	var rows uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM requests FINAL").Scan(&rows); err != nil {
+		return 0, 0, fmt.Errorf("(c) count rows: %w", err)
+	}
+	if rows != uint64(n) {
+		return 0, 0, fmt.Errorf("(c) requests holds %d rows after the drain, want %d", rows, n)
+	}
+	log.Info("(c) consumer drained the stream", "seconds", elapsed.Seconds(), "peak_rss_mb", rss)
+	return float64(n) / elapsed.Seconds(), rss, nil
+}
+
+// peakRSSMB reads VmHWM (the peak resident set size) of pid from /proc, in MB.
+func peakRSSMB(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read peak RSS: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse VmHWM %q: %w", rest, err)
+			}
+			return kb / 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+}

@@ -1,0 +1,703 @@
+// Command benchgw measures what the gateway adds to a request, side by side in one run: the same
+// load goes straight to a fast fixed-response engine, through a bare httputil.ReverseProxy, and
+// through the gateway (recording and publishing to the real NATS named by SERVESCOPE_NATS_URL,
+// JetStream file storage, every event acknowledged), for streaming and non-streaming chat
+// completions. Everything but nats-server runs in this one process, so client, engine and proxy
+// share the same CPU in every path; the broker's CPU is the gateway's alone, as in production.
+//
+// Method, built for a noisy shared machine (a few cores, other work coming and going):
+//
+//   - Latency: -rounds rounds; in each, every path gets -per-round requests from
+//     -latency-concurrency clients, the paths' order rotating from round to round
+//     (direct, bare, gateway; then bare, gateway, direct; ...). A path's added p50/p99 in a round
+//     is its percentile minus the direct path's in the same round; the figure is the median over
+//     rounds, so a round a burst of outside load spoiled does not decide it.
+//   - Throughput: -throughput-rounds short saturation runs per path (-saturate-for split among
+//     them, -saturate-concurrency clients), rotating the same way; the throughput ratio is the
+//     median over rounds of gateway ÷ bare within the round. After each gateway round the run
+//     waits until the publisher has resolved every event of it (JetStream acknowledged or
+//     spooled), so the broker's work for the gateway's requests never falls into another path's
+//     round.
+//   - Ratios come from the same rounds; the per-round values are printed (and in the JSON under
+//     "rounds") to show the spread behind each median.
+//   - Resolution floors: an added latency below -p50-resolution (20 µs) or -p99-resolution
+//     (0.5 ms) is counted as that floor on both sides of a ratio, because a difference of a few
+//     µs at the median (timer reads, one extra goroutine hand-off) or below one scheduler time
+//     slice at p99 cannot be told apart from zero on a time-shared machine, and a ratio of two
+//     near-zero numbers is meaningless. The floors are fixed, not derived from the run's noise,
+//     and far below the round-to-round spread of the direct path's own p99 (printed).
+//   - CPU cost: when the local nats-server's pid file is readable, the throughput rounds also
+//     sum this process's CPU time (client, engine, proxy) and nats-server's (from /proc) per
+//     path, and report CPU per request and cpu_throughput_ratio = bare ÷ gateway of it: the
+//     throughput ratio on cores with nothing else to run. On a shared machine the broker's CPU
+//     comes partly out of other tenants' share, which flatters the wall-clock ratio; this one
+//     charges it in full and hardly moves with the machine's load. It is reported beside the
+//     issue's wall-clock target (cpu_throughput_target_met), not folded into targets_met. The
+//     server is shared, so other clients' work during a round counts too (for every path alike).
+//
+// The last line is one JSON object (DESIGN §5). Targets: the gateway's added p50 ≤ 1.5× and
+// added p99 ≤ 2× the bare proxy's, throughput ≥ 0.85× the bare proxy's, no event dropped, no
+// failed gateway request. It exits 1 when a target is missed.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/internal/config"
+	"github.com/servescope/servescope/services/gateway/server"
+)
+
+type settings struct {
+	rounds           int
+	perRound         int
+	latencyConc      int
+	saturateConc     int
+	saturateFor      time.Duration
+	throughputRounds int
+	chunks           int
+	targetP50        float64
+	targetP99        float64
+	targetThrough    float64
+	cpuProfile       string
+	clientUsage      bool
+	memProfile       string
+	natsPIDFile      string
+	linger           time.Duration
+	p50Resolution    time.Duration
+	p99Resolution    time.Duration
+}
+
+func main() {
+	var s settings
+	flag.IntVar(&s.rounds, "rounds", 9, "interleaved latency rounds per mode (the added latency is the median over rounds)")
+	flag.IntVar(&s.perRound, "per-round", 1000, "requests per path per latency round (at 1000 a round's p99 is its 11th slowest request)")
+	flag.IntVar(&s.latencyConc, "latency-concurrency", 2, "concurrent clients while measuring latency")
+	flag.IntVar(&s.saturateConc, "saturate-concurrency", 32, "concurrent clients while measuring throughput")
+	flag.DurationVar(&s.saturateFor, "saturate-for", 6*time.Second, "throughput measurement per path and mode, split among the throughput rounds")
+	flag.IntVar(&s.throughputRounds, "throughput-rounds", 24, "interleaved throughput rounds per mode (the ratio is the median over rounds)")
+	flag.IntVar(&s.chunks, "chunks", 16, "content chunks per streamed answer")
+	flag.Float64Var(&s.targetP50, "target-p50", 1.5, "max gateway/bare added p50 ratio")
+	flag.Float64Var(&s.targetP99, "target-p99", 2, "max gateway/bare added p99 ratio")
+	flag.Float64Var(&s.targetThrough, "target-throughput", 0.85, "min gateway/bare throughput ratio")
+	flag.StringVar(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of the first gateway throughput run of each mode to FILE.<mode>")
+	flag.BoolVar(&s.clientUsage, "client-include-usage", false, "streaming clients ask for stream_options.include_usage themselves (no injection by the gateway)")
+	flag.DurationVar(&s.p50Resolution, "p50-resolution", 20*time.Microsecond, "added p50 below this is not resolvable here and counts as this much")
+	flag.DurationVar(&s.p99Resolution, "p99-resolution", 500*time.Microsecond, "added p99 below this is not resolvable here (the machine's own tail jitter) and counts as this much")
+	flag.StringVar(&s.memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
+	flag.StringVar(&s.natsPIDFile, "nats-pid-file", ".cache/nats/nats-server.pid", "pid file of the local nats-server, to report its CPU time per event during the gateway's throughput rounds (skipped when unreadable)")
+	flag.DurationVar(&s.linger, "linger", 5*time.Millisecond, "the gateway's GATEWAY_PUBLISH_LINGER")
+	flag.Parse()
+	met, err := run(s)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-gateway:", err)
+		os.Exit(2)
+	}
+	if !met {
+		os.Exit(1)
+	}
+}
+
+// modeResult is one mode's figures.
+type modeResult struct {
+	DirectP50Ms     float64 `json:"direct_p50_ms"`
+	DirectP99Ms     float64 `json:"direct_p99_ms"`
+	BareAddedP50Ms  float64 `json:"bare_added_p50_ms"`
+	BareAddedP99Ms  float64 `json:"bare_added_p99_ms"`
+	GwAddedP50Ms    float64 `json:"gateway_added_p50_ms"`
+	GwAddedP99Ms    float64 `json:"gateway_added_p99_ms"`
+	DirectRPS       float64 `json:"direct_rps"`
+	BareRPS         float64 `json:"bare_rps"`
+	GatewayRPS      float64 `json:"gateway_rps"`
+	AddedP50Ratio   float64 `json:"added_p50_ratio"`
+	AddedP99Ratio   float64 `json:"added_p99_ratio"`
+	ThroughputRatio float64 `json:"throughput_ratio"`
+	// CPU per request during the throughput rounds (this process plus nats-server), and bare ÷
+	// gateway of it: the throughput ratio when CPU is the bottleneck, whatever else the machine
+	// runs. Absent when nats-server's pid is unknown.
+	DirectCPUUsPerReq  float64 `json:"direct_cpu_us_per_request,omitempty"`
+	BareCPUUsPerReq    float64 `json:"bare_cpu_us_per_request,omitempty"`
+	GatewayCPUUsPerReq float64 `json:"gateway_cpu_us_per_request,omitempty"`
+	CPUThroughputRatio float64 `json:"cpu_throughput_ratio,omitempty"`
+}
+
+func run(s settings) (bool, error) {
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	eng := newFixedEngine(s.chunks)
+	engineURL, stopEngine, err := serve(eng)
+	if err != nil {
+		return false, err
+	}
+	defer stopEngine()
+
+	target, _ := url.Parse(engineURL)
+	bare := httputil.NewSingleHostReverseProxy(target)
+	bare.Transport = &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}
+	bareURL, stopBare, err := serve(bare)
+	if err != nil {
+		return false, err
+	}
+	defer stopBare()
+
+	natsCfg, err := config.Load[config.NATS]()
+	if err != nil {
+		return false, err
+	}
+	natsCfg.SubjectPrefix = fmt.Sprintf("bench_%d", time.Now().UnixNano())
+	// JetStream reserves max_bytes against the server's storage; the run needs far less than
+	// the 10 GiB default.
+	natsCfg.StreamMaxBytes = 1 << 30
+	nc, err := natsCfg.Connect("bench-gateway")
+	if err != nil {
+		return false, fmt.Errorf("NATS (start it with scripts/dev-services up): %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return false, err
+	}
+	topo := bus.FromConfig(&natsCfg)
+	if err := bus.Provision(ctx, js, topo, bus.Settings(&natsCfg)); err != nil {
+		return false, err
+	}
+	defer func() {
+		_ = js.DeleteStream(ctx, topo.Stream())
+		_ = js.DeleteStream(ctx, topo.DLQStream())
+	}()
+	spool, err := os.MkdirTemp("", "bench-gateway-spool-")
+	if err != nil {
+		return false, err
+	}
+	defer os.RemoveAll(spool)
+	gcfg, err := config.LoadFrom[server.Config](map[string]string{
+		"GATEWAY_LISTEN_ADDR": "127.0.0.1:0", "GATEWAY_UPSTREAM_URL": engineURL, "GATEWAY_SPOOL_DIR": spool,
+		"GATEWAY_PUBLISH_LINGER": s.linger.String(),
+	})
+	if err != nil {
+		return false, err
+	}
+	gcfg.NATS = natsCfg
+	gw, err := server.New(gcfg, log)
+	if err != nil {
+		return false, err
+	}
+	gctx, stopGW := context.WithCancel(ctx)
+	defer stopGW()
+	gdone := make(chan error, 1)
+	go func() { gdone <- gw.Run(gctx) }()
+	gwURL := "http://" + gw.Addr()
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}}
+	paths := []struct{ name, url string }{{"direct", engineURL}, {"bare", bareURL}, {"gateway", gwURL}}
+	modes := []struct {
+		name string
+		body []byte
+	}{
+		{"non_streaming", []byte(`{"model":"m","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":16}`)},
+		{"streaming", []byte(`{"model":"m","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":16,"stream":true}`)},
+	}
+	if s.clientUsage {
+		modes[1].body = []byte(`{"model":"m","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":16,"stream":true,"stream_options":{"include_usage":true}}`)
+	}
+	results := map[string]*modeResult{}
+	errs := map[string]*atomic.Int64{}
+	for _, p := range paths {
+		errs[p.name] = &atomic.Int64{}
+	}
+	// settle waits until the gateway's publisher has resolved (acknowledged or spooled) the
+	// events of every gateway request so far, so the broker's work for a gateway round is not
+	// left to fall on the next round of another path.
+	var gwRequests atomic.Int64
+	settle := func() {
+		want := uint64(2 * gwRequests.Load())
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+			st := gw.Publisher().Stats()
+			if st.Published+st.Spooled+st.Dropped >= want {
+				return
+			}
+		}
+		fmt.Fprintln(os.Stderr, "bench-gateway: publisher did not settle within 10 s")
+	}
+	spread := map[string]*spreadResult{}
+	natsPID := readPID(s.natsPIDFile)
+	brokers := map[string]float64{}
+	for _, m := range modes {
+		var brokerCPU time.Duration
+		var brokerEvents int64
+		// CPU spent per path (this process: client, engine and proxy; plus nats-server), for the
+		// cost per request, which the machine's other load does not change.
+		cpuUsed := map[string]time.Duration{}
+		cpuDone := map[string]int64{}
+		// Warm up connections and code paths.
+		for _, p := range paths {
+			d := latencies(client, p.url, m.body, 200, s.latencyConc, errs[p.name])
+			if p.name == "gateway" {
+				gwRequests.Add(int64(len(d)))
+				settle()
+			}
+		}
+		// Latency: rounds of every path, the order rotating from round to round, so a burst of
+		// load from elsewhere on the machine falls on each path alike; each path's added latency
+		// is taken against the direct path of the same round, then the median over rounds.
+		lat := map[string][]time.Duration{}
+		rounds := map[string][][]time.Duration{}
+		for round := range s.rounds {
+			for k := range paths {
+				p := paths[(k+round)%len(paths)]
+				d := latencies(client, p.url, m.body, s.perRound, s.latencyConc, errs[p.name])
+				lat[p.name] = append(lat[p.name], d...)
+				rounds[p.name] = append(rounds[p.name], d)
+				if p.name == "gateway" {
+					gwRequests.Add(int64(len(d)))
+					settle()
+				}
+			}
+		}
+		// Throughput: short saturation runs, rotating in the same way; the ratio is the median
+		// over rounds of gateway ÷ bare within each round.
+		perRound := map[string][]float64{}
+		for round := range s.throughputRounds {
+			for k := range paths {
+				p := paths[(k+round)%len(paths)]
+				stop := func() {}
+				if p.name == "gateway" && s.cpuProfile != "" && round == 0 {
+					if stop, err = startProfile(s.cpuProfile + "." + m.name); err != nil {
+						return false, err
+					}
+				}
+				nats0, self0 := procCPU(natsPID), selfCPU()
+				n, d := throughput(client, p.url, m.body, s.saturateConc, s.saturateFor/time.Duration(s.throughputRounds), errs[p.name])
+				stop()
+				perRound[p.name] = append(perRound[p.name], float64(n)/d.Seconds())
+				if p.name == "gateway" {
+					// The broker's work for these requests is part of the gateway's cost; it is
+					// finished before the next path's round starts.
+					gwRequests.Add(n)
+					settle()
+				}
+				natsUsed := procCPU(natsPID) - nats0
+				cpuUsed[p.name] += selfCPU() - self0 + natsUsed
+				cpuDone[p.name] += n
+				if p.name == "gateway" {
+					brokerCPU += natsUsed
+					brokerEvents += 2 * n
+				}
+			}
+		}
+		var tpRatios []float64
+		for i := range perRound["gateway"] {
+			tpRatios = append(tpRatios, perRound["gateway"][i]/perRound["bare"][i])
+		}
+		dp50, dp99 := pct(lat["direct"], 50), pct(lat["direct"], 99)
+		r := &modeResult{
+			DirectP50Ms: ms(dp50), DirectP99Ms: ms(dp99),
+			BareAddedP50Ms: ms(added(rounds, "bare", 50)), BareAddedP99Ms: ms(added(rounds, "bare", 99)),
+			GwAddedP50Ms: ms(added(rounds, "gateway", 50)), GwAddedP99Ms: ms(added(rounds, "gateway", 99)),
+			DirectRPS: round(median(perRound["direct"])), BareRPS: round(median(perRound["bare"])), GatewayRPS: round(median(perRound["gateway"])),
+		}
+		r.AddedP50Ratio = ratio(r.GwAddedP50Ms, r.BareAddedP50Ms, ms(s.p50Resolution))
+		r.AddedP99Ratio = ratio(r.GwAddedP99Ms, r.BareAddedP99Ms, ms(s.p99Resolution))
+		r.ThroughputRatio = round(median(tpRatios))
+		if natsPID > 0 {
+			cost := func(path string) float64 {
+				return float64(cpuUsed[path].Microseconds()) / float64(max(cpuDone[path], 1))
+			}
+			r.DirectCPUUsPerReq, r.BareCPUUsPerReq, r.GatewayCPUUsPerReq = round(cost("direct")), round(cost("bare")), round(cost("gateway"))
+			r.CPUThroughputRatio = round(cost("bare") / cost("gateway"))
+		}
+		results[m.name] = r
+		if natsPID > 0 && brokerEvents > 0 {
+			brokers[m.name] = round(float64(brokerCPU.Microseconds()) / float64(brokerEvents))
+			fmt.Printf("%-13s CPU per request (this process + nats-server): direct %.0f µs, bare %.0f µs, gateway %.0f µs (ratio %.2f); nats-server %.1f µs per event (shared server: other clients count too)\n",
+				m.name, r.DirectCPUUsPerReq, r.BareCPUUsPerReq, r.GatewayCPUUsPerReq, r.CPUThroughputRatio, brokers[m.name])
+		}
+		spread[m.name] = &spreadResult{
+			DirectP99RoundsMs:    roundsMs(rounds["direct"], 99),
+			BareAddedP99RoundsMs: addedRoundsMs(rounds, "bare", 99), GatewayAddedP99RoundsMs: addedRoundsMs(rounds, "gateway", 99),
+			ThroughputRatioRounds: roundAll(tpRatios),
+		}
+		fmt.Printf("%-13s direct p50 %.3f ms p99 %.3f ms | added vs direct: bare p50 %.3f p99 %.3f ms, gateway p50 %.3f p99 %.3f ms | rps direct %.0f bare %.0f gateway %.0f | ratios p50 %.2f p99 %.2f throughput %.2f\n",
+			m.name, r.DirectP50Ms, r.DirectP99Ms, r.BareAddedP50Ms, r.BareAddedP99Ms, r.GwAddedP50Ms, r.GwAddedP99Ms,
+			r.DirectRPS, r.BareRPS, r.GatewayRPS, r.AddedP50Ratio, r.AddedP99Ratio, r.ThroughputRatio)
+		fmt.Printf("%-13s per round: direct p99 %v ms | added p99 bare %v gateway %v ms | throughput gateway/bare %v\n",
+			"", spread[m.name].DirectP99RoundsMs, spread[m.name].BareAddedP99RoundsMs, spread[m.name].GatewayAddedP99RoundsMs, spread[m.name].ThroughputRatioRounds)
+	}
+
+	if s.memProfile != "" {
+		f, err := os.Create(s.memProfile)
+		if err != nil {
+			return false, err
+		}
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			f.Close()
+			return false, err
+		}
+		f.Close()
+	}
+	stopGW()
+	if err := <-gdone; err != nil {
+		return false, err
+	}
+	st := gw.Publisher().Stats()
+	fmt.Printf("gateway publisher: published %d, spooled %d, replayed %d, dropped %d\n", st.Published, st.Spooled, st.Replayed, st.Dropped)
+
+	ns, st2 := results["non_streaming"], results["streaming"]
+	out := map[string]any{
+		"bench":                        "gateway",
+		"added_p50_ratio":              max(ns.AddedP50Ratio, st2.AddedP50Ratio),
+		"added_p99_ratio":              max(ns.AddedP99Ratio, st2.AddedP99Ratio),
+		"throughput_ratio":             min(ns.ThroughputRatio, st2.ThroughputRatio),
+		"streaming":                    st2,
+		"rounds":                       spread,
+		"nats_server_cpu_us_per_event": brokers,
+		"latency_rounds":               s.rounds,
+		"requests_per_round":           s.perRound,
+		"throughput_rounds":            s.throughputRounds,
+		"non_streaming":                ns,
+		"events_published":             st.Published + st.Replayed,
+		"events_dropped":               st.Dropped,
+		"errors":                       map[string]int64{"direct": errs["direct"].Load(), "bare": errs["bare"].Load(), "gateway": errs["gateway"].Load()},
+		"p50_resolution_ms":            ms(s.p50Resolution),
+		"p99_resolution_ms":            ms(s.p99Resolution),
+		"target_added_p50":             s.targetP50,
+		"target_added_p99":             s.targetP99,
+		"target_throughput":            s.targetThrough,
+	}
+	met := out["added_p50_ratio"].(float64) <= s.targetP50 && out["added_p99_ratio"].(float64) <= s.targetP99 &&
+		out["throughput_ratio"].(float64) >= s.targetThrough && st.Dropped == 0 && errs["gateway"].Load() == 0
+	out["targets_met"] = met
+	if ns.CPUThroughputRatio > 0 && st2.CPUThroughputRatio > 0 {
+		// The wall-clock ratio on a shared machine lets the broker's CPU come partly out of other
+		// tenants' share; the CPU-normalized ratio charges it in full, as cores of its own would.
+		// Reported beside the issue's target, not folded into it.
+		cpu := min(ns.CPUThroughputRatio, st2.CPUThroughputRatio)
+		out["cpu_throughput_ratio"] = cpu
+		out["cpu_throughput_target_met"] = cpu >= s.targetThrough
+		fmt.Printf("throughput ratio, wall clock %.2f; CPU-normalized (broker charged in full) %.2f, target %.2f\n",
+			out["throughput_ratio"].(float64), cpu, s.targetThrough)
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return false, err
+	}
+	fmt.Println(string(b))
+	return met, nil
+}
+
+func startProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// latencies sends n requests with conc clients and returns each successful one's time to the
+// last byte; failed requests are counted in errs.
+func latencies(client *http.Client, base string, body []byte, n, conc int, errs *atomic.Int64) []time.Duration {
+	out := make([]time.Duration, n)
+	ok := make([]bool, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				start := time.Now()
+				if err := do(client, base, body); err != nil {
+					noteError(errs, base, err)
+					continue
+				}
+				out[i], ok[i] = time.Since(start), true
+			}
+		}()
+	}
+	wg.Wait()
+	kept := out[:0]
+	for i, d := range out {
+		if ok[i] {
+			kept = append(kept, d)
+		}
+	}
+	return kept
+}
+
+// throughput runs conc clients for d and returns the completed requests and the time taken.
+func throughput(client *http.Client, base string, body []byte, conc int, d time.Duration, errs *atomic.Int64) (int64, time.Duration) {
+	var count atomic.Int64
+	stop := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				if err := do(client, base, body); err != nil {
+					noteError(errs, base, err)
+					continue
+				}
+				count.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return count.Load(), time.Since(start)
+}
+
+// noteError counts a failed request; the first few are shown.
+func noteError(errs *atomic.Int64, base string, err error) {
+	if errs.Add(1) <= 3 {
+		fmt.Fprintf(os.Stderr, "request to %s failed: %v\n", base, err)
+	}
+}
+
+var copyBuf = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+func do(client *http.Client, base string, body []byte) error {
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	bp := copyBuf.Get().(*[]byte)
+	_, err = io.CopyBuffer(io.Discard, resp.Body, *bp)
+	copyBuf.Put(bp)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// fixedEngine answers every chat completion at once with precomputed vLLM-shaped bytes.
+type fixedEngine struct {
+	plain, stream, streamUsage []byte
+}
+
+func newFixedEngine(chunks int) *fixedEngine {
+	const head = `{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1764460000,"model":"m","choices":[`
+	var sb, text strings.Builder
+	sb.WriteString("data: " + head + `{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}` + "\n\n")
+	for i := range chunks {
+		fin := "null"
+		if i == chunks-1 {
+			fin = `"length"`
+		}
+		fmt.Fprintf(&sb, "data: %s{\"index\":0,\"delta\":{\"content\":\" word%d\"},\"logprobs\":null,\"finish_reason\":%s}]}\n\n", head, i, fin)
+		fmt.Fprintf(&text, " word%d", i)
+	}
+	usage := fmt.Sprintf(`{"prompt_tokens":9,"total_tokens":%d,"completion_tokens":%d}`, 9+chunks, chunks)
+	stream := sb.String()
+	withUsage := stream + "data: " + head + `],"usage":` + usage + "}\n\n"
+	plain := fmt.Sprintf(`{"id":"chatcmpl-bench","object":"chat.completion","created":1764460000,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%q,"tool_calls":[]},"logprobs":null,"finish_reason":"length","stop_reason":null}],"usage":%s}`, text.String(), usage)
+	return &fixedEngine{plain: []byte(plain), stream: []byte(stream + "data: [DONE]\n\n"), streamUsage: []byte(withUsage + "data: [DONE]\n\n")}
+}
+
+func (e *fixedEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if !bytes.Contains(body, []byte(`"stream":true`)) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(e.plain)
+		return
+	}
+	out := e.stream
+	if bytes.Contains(body, []byte(`"include_usage":true`)) {
+		out = e.streamUsage
+	}
+	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+	fl := w.(http.Flusher)
+	// One write and flush per SSE event, as vLLM does.
+	for len(out) > 0 {
+		i := bytes.Index(out, []byte("\n\n"))
+		if _, err := w.Write(out[:i+2]); err != nil {
+			return
+		}
+		fl.Flush()
+		out = out[i+2:]
+	}
+}
+
+// serve runs h on a loopback port.
+func serve(h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			fmt.Fprintln(os.Stderr, "serve:", err)
+		}
+	}()
+	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+// added is the median over rounds of path's percentile p minus the direct path's in the same
+// round: interleaved rounds see the same background load, and the median drops the rounds a
+// burst of it spoiled.
+func added(rounds map[string][][]time.Duration, path string, p float64) time.Duration {
+	var diffs []time.Duration
+	for i := range rounds[path] {
+		diffs = append(diffs, pct(rounds[path][i], p)-pct(rounds["direct"][i], p))
+	}
+	return pct(diffs, 50)
+}
+
+// readPID reads a pid file; 0 when it cannot.
+func readPID(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || procCPU(pid) < 0 {
+		return 0
+	}
+	return pid
+}
+
+// procCPU is the CPU time process pid has run, summed over its threads from
+// /proc/PID/task/*/schedstat (nanoseconds); -1 when unreadable, 0 for pid 0.
+func procCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return -1
+	}
+	var total time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue // the thread ended
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			continue
+		}
+		ns, _ := strconv.ParseInt(f[0], 10, 64)
+		total += time.Duration(ns)
+	}
+	return total
+}
+
+// selfCPU is this process's user and system CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// spreadResult shows the round-to-round variation behind one mode's figures.
+type spreadResult struct {
+	DirectP99RoundsMs       []float64 `json:"direct_p99_ms"`
+	BareAddedP99RoundsMs    []float64 `json:"bare_added_p99_ms"`
+	GatewayAddedP99RoundsMs []float64 `json:"gateway_added_p99_ms"`
+	ThroughputRatioRounds   []float64 `json:"throughput_ratio"`
+}
+
+func roundsMs(rounds [][]time.Duration, p float64) []float64 {
+	var out []float64
+	for _, r := range rounds {
+		out = append(out, ms(pct(r, p)))
+	}
+	return out
+}
+
+func addedRoundsMs(rounds map[string][][]time.Duration, path string, p float64) []float64 {
+	var out []float64
+	for i := range rounds[path] {
+		out = append(out, ms(pct(rounds[path][i], p)-pct(rounds["direct"][i], p)))
+	}
+	return out
+}
+
+func roundAll(f []float64) []float64 {
+	out := make([]float64, len(f))
+	for i, v := range f {
+		out[i] = round(v)
+	}
+	return out
+}
+
+// median is the middle value (the upper one of an even count).
+func median(f []float64) float64 {
+	if len(f) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), f...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func pct(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(float64(len(s)-1) * p / 100)
+	return s[i]
+}
+
+func ms(d time.Duration) float64 { return round(float64(d) / float64(time.Millisecond)) }
+
+func round(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
+
+// ratio is a/b with both raised to floor: added latencies below the measurement's resolution
+// (including negative ones, which are noise) are indistinguishable from it.
+func ratio(a, b, floor float64) float64 {
+	a, b = max(a, floor), max(b, floor)
+	if b <= 0 {
+		return 0
+	}
+	return round(a / b)
+}

@@ -1,0 +1,434 @@
+package diagnose
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/servescope/servescope/internal/chstore"
+)
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+func query(name string) string {
+	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
+	if err != nil {
+		// The files are embedded at build time; a missing one is a build defect, not a run-time condition.
+		panic(fmt.Sprintf("diagnose: embedded query %s: %v", name, err))
+	}
+	return string(b)
+}
+
+// Range is a half-open time interval [From, To), in UTC.
+type Range struct {
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+}
+
+// Seconds is the length of the range in seconds.
+func (r Range) Seconds() float64 { return r.To.Sub(r.From).Seconds() }
+
+func (r Range) String() string {
+	return r.From.UTC().Format(time.RFC3339) + " → " + r.To.UTC().Format(time.RFC3339)
+}
+
+// Stats are the quantities of reference §3 (and the fields of §1 that only the application
+// records) over one time range. Pointers are nil when no record carried the quantity.
+// Durations are seconds, token counts are tokens per request, shares are fractions 0..1.
+type Stats struct {
+	// Requests is the number of requests that arrived in the range (gateway records, or engine
+	// requests, each the spans of its children combined, when no gateway record exists).
+	// RatePerS is Requests ÷ the range's length.
+	Requests uint64   `json:"requests"`
+	RatePerS *float64 `json:"rate_per_s,omitempty"`
+
+	// PromptTokensMean and CompletionTokensMean are the mean input and output tokens per request.
+	PromptTokensMean     *float64 `json:"prompt_tokens_mean,omitempty"`
+	CompletionTokensMean *float64 `json:"completion_tokens_mean,omitempty"`
+	// CachedShare is Σ cached_tokens ÷ Σ prompt_tokens over requests that report cached tokens:
+	// the part of the prompts the prefix cache served.
+	CachedShare *float64 `json:"cached_share,omitempty"`
+	// MaxTokensMean is the mean requested max_tokens.
+	MaxTokensMean *float64 `json:"max_tokens_mean,omitempty"`
+
+	// Engine timings (mean over requests; p50/p95 only from per-request records).
+	QueueMean   *float64 `json:"queue_s_mean,omitempty"`
+	QueueP95    *float64 `json:"queue_s_p95,omitempty"`
+	PrefillMean *float64 `json:"prefill_s_mean,omitempty"`
+	TTFTMean    *float64 `json:"ttft_s_mean,omitempty"`
+	TTFTP50     *float64 `json:"ttft_s_p50,omitempty"`
+	TTFTP95     *float64 `json:"ttft_s_p95,omitempty"`
+	TPOTMean    *float64 `json:"tpot_s_mean,omitempty"`
+	TPOTP95     *float64 `json:"tpot_s_p95,omitempty"`
+	DecodeMean  *float64 `json:"decode_s_mean,omitempty"`
+	E2EMean     *float64 `json:"e2e_s_mean,omitempty"`
+	E2EP50      *float64 `json:"e2e_s_p50,omitempty"`
+	E2EP95      *float64 `json:"e2e_s_p95,omitempty"`
+	// Sources names, per quantity key (e.g. "queue_s_mean"), where its value came from:
+	// "requests" (gateway + engine spans), "engine_spans" (the spans alone, children combined),
+	// or "engine_samples histograms".
+	Sources map[string]string `json:"sources,omitempty"`
+
+	// Instantaneous engine quantities: maxima over the range's samples of
+	// vllm:num_requests_running, vllm:num_requests_waiting and vllm:kv_cache_usage_perc (fraction).
+	RunningMax *float64 `json:"running_max,omitempty"`
+	WaitingMax *float64 `json:"waiting_max,omitempty"`
+	KVMax      *float64 `json:"kv_cache_usage_max,omitempty"`
+	// Samples counts engine scrapes; SamplesDown those that failed (up = 0), the first at FirstDown
+	// on DownEngine.
+	Samples     uint64     `json:"samples"`
+	SamplesDown uint64     `json:"samples_down"`
+	FirstDown   *time.Time `json:"first_down,omitempty"`
+	DownEngine  string     `json:"down_engine,omitempty"`
+
+	// StatusCodes counts requests by HTTP status; Share4xx and Share5xx are fractions of Requests.
+	StatusCodes map[uint16]uint64 `json:"status_codes,omitempty"`
+	Share4xx    *float64          `json:"share_4xx,omitempty"`
+	Share5xx    *float64          `json:"share_5xx,omitempty"`
+	// LengthShare is the share of finished requests whose finish_reason is "length" (cut at max_tokens).
+	LengthShare *float64 `json:"length_share,omitempty"`
+
+	// RetrievalTopP50 is the median top-passage retrieval score over RetrievalN application records.
+	RetrievalTopP50 *float64 `json:"retrieval_top_score_p50,omitempty"`
+	RetrievalN      uint64   `json:"retrieval_n"`
+	// WrongScriptShare is the share of ScriptChecked answers with letters outside the allowed scripts.
+	WrongScriptShare *float64 `json:"wrong_script_share,omitempty"`
+	ScriptChecked    uint64   `json:"script_checked"`
+
+	// Versions counts requests per value of each version label: "model", "embedding_model_version",
+	// "index_version", "prompt_version", "config_version".
+	Versions map[string]map[string]uint64 `json:"versions,omitempty"`
+
+	// OOMLines and ExceptionLines count the engine log's out-of-memory and exception lines; the
+	// latest of them was at LastErrorTS on LastErrorEngine.
+	OOMLines        uint64     `json:"oom_lines"`
+	ExceptionLines  uint64     `json:"exception_lines"`
+	LastErrorTS     *time.Time `json:"last_error_ts,omitempty"`
+	LastErrorEngine string     `json:"last_error_engine,omitempty"`
+	LastException   string     `json:"last_exception,omitempty"`
+	LastOOMBytes    *uint64    `json:"last_oom_bytes,omitempty"`
+}
+
+// Empty reports whether no table held a record for the range.
+func (s *Stats) Empty() bool {
+	return s.Requests == 0 && s.Samples == 0 && s.RetrievalN == 0 && s.ScriptChecked == 0 &&
+		s.OOMLines == 0 && s.ExceptionLines == 0 && len(s.Versions) == 0
+}
+
+// histogramNames maps vLLM V1 histogram names (without "vllm:") to the Stats key whose mean
+// they give; the first name present wins when several map to one key.
+var histogramNames = []struct{ name, key string }{
+	{"request_queue_time_seconds", "queue_s_mean"},
+	{"request_prefill_time_seconds", "prefill_s_mean"},
+	{"time_to_first_token_seconds", "ttft_s_mean"},
+	{"inter_token_latency_seconds", "tpot_s_mean"},
+	{"request_time_per_output_token_seconds", "tpot_s_mean"},
+	{"time_per_output_token_seconds", "tpot_s_mean"},
+	{"request_decode_time_seconds", "decode_s_mean"},
+	{"e2e_request_latency_seconds", "e2e_s_mean"},
+	{"request_prompt_tokens", "prompt_tokens_mean"},
+	{"request_generation_tokens", "completion_tokens_mean"},
+}
+
+// Source labels of Stats.Sources.
+const (
+	SourceRequests   = "requests"
+	SourceSpans      = "engine_spans"
+	SourceHistograms = "engine_samples histograms"
+)
+
+func params(ctx context.Context, r Range, model string) context.Context {
+	return chstore.WithParams(ctx, map[string]string{
+		"from_us": fmt.Sprint(r.From.UnixMicro()),
+		"to_us":   fmt.Sprint(r.To.UnixMicro()),
+		"model":   model,
+	})
+}
+
+// collect reads every quantity of the range from ClickHouse.
+func collect(ctx context.Context, conn driver.Conn, r Range, model string) (Stats, error) {
+	s := Stats{Sources: map[string]string{}}
+	pctx := params(ctx, r, model)
+	if err := s.readRequests(pctx, conn); err != nil {
+		return s, err
+	}
+	if s.Requests == 0 {
+		if err := s.readSpans(pctx, conn); err != nil {
+			return s, err
+		}
+	}
+	if err := s.readHistograms(ctx, conn, r, model); err != nil {
+		return s, err
+	}
+	if err := s.readSamples(pctx, conn); err != nil {
+		return s, err
+	}
+	if err := s.readStatus(pctx, conn); err != nil {
+		return s, err
+	}
+	if err := s.readRetrieval(pctx, conn); err != nil {
+		return s, err
+	}
+	if err := s.readScript(pctx, conn); err != nil {
+		return s, err
+	}
+	if err := s.readVersions(pctx, conn); err != nil {
+		return s, err
+	}
+	if err := s.readCrash(pctx, conn); err != nil {
+		return s, err
+	}
+	if s.Requests > 0 && r.Seconds() > 0 {
+		rate := float64(s.Requests) / r.Seconds()
+		s.RatePerS = &rate
+	}
+	return s, nil
+}
+
+// perRequest lists the pointers the requests and spans queries fill, in their column order after
+// the count, with the key each one has in Sources.
+func (s *Stats) perRequest(withGatewayOnly bool) ([]any, []string) {
+	dest := []any{&s.PromptTokensMean, &s.CompletionTokensMean}
+	keys := []string{"prompt_tokens_mean", "completion_tokens_mean"}
+	if withGatewayOnly {
+		dest = append(dest, &s.CachedShare)
+		keys = append(keys, "cached_share")
+	}
+	dest = append(dest, &s.QueueMean, &s.QueueP95, &s.PrefillMean, &s.TTFTMean, &s.TTFTP50, &s.TTFTP95,
+		&s.TPOTMean, &s.TPOTP95, &s.DecodeMean, &s.E2EMean, &s.E2EP50, &s.E2EP95)
+	keys = append(keys, "queue_s_mean", "queue_s_p95", "prefill_s_mean", "ttft_s_mean", "ttft_s_p50", "ttft_s_p95",
+		"tpot_s_mean", "tpot_s_p95", "decode_s_mean", "e2e_s_mean", "e2e_s_p50", "e2e_s_p95")
+	if withGatewayOnly {
+		dest = append(dest, &s.LengthShare)
+		keys = append(keys, "length_share")
+	}
+	dest = append(dest, &s.MaxTokensMean)
+	keys = append(keys, "max_tokens_mean")
+	return dest, keys
+}
+
+func (s *Stats) markSources(dest []any, keys []string, source string) {
+	for i, d := range dest {
+		if p, ok := d.(**float64); ok && *p != nil {
+			s.Sources[keys[i]] = source
+		}
+	}
+}
+
+func (s *Stats) readRequests(ctx context.Context, conn driver.Conn) error {
+	dest, keys := s.perRequest(true)
+	if err := conn.QueryRow(ctx, query("requests")).Scan(append([]any{&s.Requests}, dest...)...); err != nil {
+		return fmt.Errorf("read request quantities from requests and engine_requests: %w", err)
+	}
+	s.markSources(dest, keys, SourceRequests)
+	return nil
+}
+
+func (s *Stats) readSpans(ctx context.Context, conn driver.Conn) error {
+	dest, keys := s.perRequest(false)
+	if err := conn.QueryRow(ctx, query("spans")).Scan(append([]any{&s.Requests}, dest...)...); err != nil {
+		return fmt.Errorf("read request quantities from engine_requests: %w", err)
+	}
+	s.markSources(dest, keys, SourceSpans)
+	return nil
+}
+
+// readHistograms fills the means that no per-request record gave from the engine's cumulative
+// histograms over the range.
+func (s *Stats) readHistograms(ctx context.Context, conn driver.Conn, r Range, model string) error {
+	targets := map[string]**float64{
+		"queue_s_mean": &s.QueueMean, "prefill_s_mean": &s.PrefillMean, "ttft_s_mean": &s.TTFTMean,
+		"tpot_s_mean": &s.TPOTMean, "decode_s_mean": &s.DecodeMean, "e2e_s_mean": &s.E2EMean,
+		"prompt_tokens_mean": &s.PromptTokensMean, "completion_tokens_mean": &s.CompletionTokensMean,
+	}
+	var names []string
+	for _, h := range histogramNames {
+		if *targets[h.key] == nil {
+			names = append(names, h.name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	ctx = chstore.WithParams(ctx, map[string]string{
+		"from_us": fmt.Sprint(r.From.UnixMicro()),
+		"to_us":   fmt.Sprint(r.To.UnixMicro()),
+		"model":   model,
+		"names":   arrayParam(names),
+	})
+	rows, err := conn.Query(ctx, query("histograms"))
+	if err != nil {
+		return fmt.Errorf("read histogram window averages from engine_samples: %w", err)
+	}
+	defer rows.Close()
+	means := map[string]float64{}
+	for rows.Next() {
+		var name string
+		var sum, n float64
+		if err := rows.Scan(&name, &sum, &n); err != nil {
+			return fmt.Errorf("scan histogram window average: %w", err)
+		}
+		if n > 0 {
+			means[name] = sum / n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read histogram window averages from engine_samples: %w", err)
+	}
+	for _, h := range histogramNames {
+		m, ok := means[h.name]
+		if !ok || *targets[h.key] != nil {
+			continue
+		}
+		*targets[h.key] = &m
+		s.Sources[h.key] = SourceHistograms + " (" + h.name + ")"
+	}
+	return nil
+}
+
+// arrayParam renders names as a ClickHouse Array(String) literal for a bound parameter; names are
+// the fixed metric names above, and quotes are escaped regardless.
+func arrayParam(names []string) string {
+	out := "["
+	for i, n := range names {
+		if i > 0 {
+			out += ","
+		}
+		esc := ""
+		for _, c := range n {
+			if c == '\'' || c == '\\' {
+				esc += `\`
+			}
+			esc += string(c)
+		}
+		out += "'" + esc + "'"
+	}
+	return out + "]"
+}
+
+func (s *Stats) readSamples(ctx context.Context, conn driver.Conn) error {
+	var engines uint64
+	var firstDown time.Time
+	if err := conn.QueryRow(ctx, query("samples")).Scan(&s.Samples, &s.SamplesDown, &engines,
+		&s.RunningMax, &s.WaitingMax, &s.KVMax, &firstDown, &s.DownEngine); err != nil {
+		return fmt.Errorf("read engine quantities from engine_samples: %w", err)
+	}
+	if s.SamplesDown > 0 {
+		fd := firstDown.UTC()
+		s.FirstDown = &fd
+	}
+	return nil
+}
+
+func (s *Stats) readStatus(ctx context.Context, conn driver.Conn) error {
+	rows, err := conn.Query(ctx, query("status"))
+	if err != nil {
+		return fmt.Errorf("read status codes from requests: %w", err)
+	}
+	defer rows.Close()
+	var total, c4, c5 uint64
+	for rows.Next() {
+		var code uint16
+		var n uint64
+		if err := rows.Scan(&code, &n); err != nil {
+			return fmt.Errorf("scan status code: %w", err)
+		}
+		if s.StatusCodes == nil {
+			s.StatusCodes = map[uint16]uint64{}
+		}
+		s.StatusCodes[code] = n
+		total += n
+		switch {
+		case code >= 500:
+			c5 += n
+		case code >= 400:
+			c4 += n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read status codes from requests: %w", err)
+	}
+	if total > 0 {
+		f4, f5 := float64(c4)/float64(total), float64(c5)/float64(total)
+		s.Share4xx, s.Share5xx = &f4, &f5
+	}
+	return nil
+}
+
+func (s *Stats) readRetrieval(ctx context.Context, conn driver.Conn) error {
+	if err := conn.QueryRow(ctx, query("retrieval")).Scan(&s.RetrievalN, &s.RetrievalTopP50); err != nil {
+		return fmt.Errorf("read retrieval scores from app_records: %w", err)
+	}
+	return nil
+}
+
+func (s *Stats) readScript(ctx context.Context, conn driver.Conn) error {
+	var violations uint64
+	if err := conn.QueryRow(ctx, query("script")).Scan(&s.ScriptChecked, &violations); err != nil {
+		return fmt.Errorf("read output script checks from requests and app_records: %w", err)
+	}
+	if s.ScriptChecked > 0 {
+		f := float64(violations) / float64(s.ScriptChecked)
+		s.WrongScriptShare = &f
+	}
+	return nil
+}
+
+func (s *Stats) readVersions(ctx context.Context, conn driver.Conn) error {
+	rows, err := conn.Query(ctx, query("versions"))
+	if err != nil {
+		return fmt.Errorf("read versions from requests and app_records: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind, value string
+		var n uint64
+		if err := rows.Scan(&kind, &value, &n); err != nil {
+			return fmt.Errorf("scan version: %w", err)
+		}
+		if s.Versions == nil {
+			s.Versions = map[string]map[string]uint64{}
+		}
+		if s.Versions[kind] == nil {
+			s.Versions[kind] = map[string]uint64{}
+		}
+		s.Versions[kind][value] = n
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read versions from requests and app_records: %w", err)
+	}
+	return nil
+}
+
+func (s *Stats) readCrash(ctx context.Context, conn driver.Conn) error {
+	var last time.Time
+	if err := conn.QueryRow(ctx, query("crash")).Scan(&s.OOMLines, &s.ExceptionLines, &last,
+		&s.LastErrorEngine, &s.LastException, &s.LastOOMBytes); err != nil {
+		return fmt.Errorf("read errors from engine_logs: %w", err)
+	}
+	if s.OOMLines+s.ExceptionLines > 0 {
+		l := last.UTC()
+		s.LastErrorTS = &l
+	}
+	return nil
+}
+
+// sortedValues returns the values of one version kind, most requests first.
+func sortedValues(m map[string]uint64) []string {
+	out := make([]string, 0, len(m))
+	for v := range m {
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if m[out[i]] != m[out[j]] {
+			return m[out[i]] > m[out[j]]
+		}
+		return out[i] < out[j]
+	})
+	return out
+}

@@ -1,0 +1,164 @@
+package postmortem_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/schema"
+	"github.com/servescope/servescope/services/servescope/postmortem"
+	"github.com/servescope/servescope/sim/vllmsim/engine"
+	simlog "github.com/servescope/servescope/sim/vllmsim/vllmlog"
+	"github.com/servescope/servescope/sim/vllmsim/vllmversion"
+)
+
+// insertLogs writes lines into engine_logs the way the consumer stores engine.log events.
+func insertLogs(t *testing.T, ctx context.Context, conn driver.Conn, lines []schema.EngineLog) {
+	t.Helper()
+	b, err := conn.PrepareBatch(ctx, `INSERT INTO engine_logs (event_id, ts, engine, source, offset, line, level, process, logger,
+		message, prompt_throughput_tps, generation_throughput_tps, running, waiting, kv_cache_usage_perc, prefix_cache_hit_rate,
+		exception_type, oom_bytes_requested, oom_total_capacity_bytes, oom_free_bytes, frames)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range lines {
+		frames := l.Frames
+		if frames == nil {
+			frames = []string{}
+		}
+		if err := b.Append(fmt.Sprintf("%s-%d-%d", l.Engine, l.TS.UnixNano(), i), l.TS, l.Engine, l.Source, l.Offset, l.Line,
+			l.Level, l.Process, l.Logger, l.Message, l.PromptThroughputTPS, l.GenerationThroughputTPS, l.Running, l.Waiting,
+			l.KVCacheUsagePerc, l.PrefixCacheHitRate, l.ExceptionType, l.OOMBytesRequested, l.OOMTotalCapacityBytes,
+			l.OOMFreeBytes, frames); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		t.Fatalf("insert %d engine_logs rows: %v", len(lines), err)
+	}
+}
+
+// shift moves a log's lines to start at start, keeping their spacing, and names the engine.
+func shift(lines []schema.EngineLog, start time.Time, eng string) []schema.EngineLog {
+	out := make([]schema.EngineLog, len(lines))
+	d := start.Sub(lines[0].TS)
+	for i, l := range lines {
+		l.TS = l.TS.Add(d)
+		l.Engine = eng
+		out[i] = l
+	}
+	return out
+}
+
+// TestLoadFromClickHouse stores two engines' logs in engine_logs — one that died in the
+// reference's crash, one that died unexplained an hour earlier — and reads each death back.
+func TestLoadFromClickHouse(t *testing.T) {
+	t.Parallel()
+	conn, _ := testenv.ClickHouse(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	if _, _, err := postmortem.Load(ctx, conn, "", time.Time{}); !errors.Is(err, postmortem.ErrNoData) || !strings.Contains(err.Error(), "engine_logs is empty") {
+		t.Fatalf("empty table: %v", err)
+	}
+	start := time.Now().UTC().Add(-3 * time.Hour).Truncate(time.Second)
+	insertLogs(t, ctx, conn, shift(readLog(t, "v1_unexplained.log"), start, "vllm-b"))
+	insertLogs(t, ctx, conn, shift(readLog(t, "v0_10_type_one.log"), start.Add(time.Hour), "vllm-a"))
+	insertLogs(t, ctx, conn, shift(readLog(t, "v1_no_crash.log"), start.Add(2*time.Hour), "vllm-c"))
+
+	for _, tc := range []struct {
+		name, engine string
+		at           time.Time
+		wantEngine   string
+		verdict      string
+	}{
+		{"latest death of any engine", "", time.Time{}, "vllm-a", postmortem.VerdictTypeOne},
+		{"named engine", "vllm-b", time.Time{}, "vllm-b", postmortem.VerdictUnexplained},
+		{"at a time before the latest death", "", start.Add(30 * time.Minute), "vllm-b", postmortem.VerdictUnexplained},
+		{"engine that did not die", "vllm-c", time.Time{}, "vllm-c", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lines, model, err := postmortem.Load(ctx, conn, tc.engine, tc.at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if model != "" {
+				t.Errorf("model = %q with no engine samples", model)
+			}
+			rep := postmortem.Analyze(lines, postmortem.Options{At: tc.at, Model: model})
+			if rep.Engine != tc.wantEngine || rep.Verdict != tc.verdict {
+				t.Fatalf("engine %q verdict %q, want %q %q", rep.Engine, rep.Verdict, tc.wantEngine, tc.verdict)
+			}
+			if tc.verdict == postmortem.VerdictTypeOne {
+				if a := rep.Arithmetic; a.Running != 193 || a.ProductBytes != 117393408 || !a.Match {
+					t.Errorf("arithmetic = %+v", a)
+				}
+				// The frames survived the round trip through the table's Array(String).
+				if inner := rep.Frames[len(rep.Frames)-1]; inner != "vllm/model_executor/layers/utils.py:apply_penalties" {
+					t.Errorf("innermost frame = %q", inner)
+				}
+			}
+		})
+	}
+	if _, _, err := postmortem.Load(ctx, conn, "no-such-engine", time.Time{}); !errors.Is(err, postmortem.ErrNoData) {
+		t.Errorf("unknown engine: %v", err)
+	}
+}
+
+// TestVLLMSimCrashLog reads the log vllmsim writes when its simulated engine dies the reference's
+// death, in each vLLM release's format and in JSON, through the same reader as any vLLM log: the
+// V1 releases' float32 penalty product reads 112 MiB for 193 running, V0's float16 one 56 MiB.
+func TestVLLMSimCrashLog(t *testing.T) {
+	for _, tc := range []struct {
+		rel  vllmversion.Version
+		json bool
+	}{{vllmversion.V0_8V0, false}, {vllmversion.V0_8, false}, {vllmversion.V0_10, false}, {vllmversion.Main, false}, {vllmversion.Main, true}} {
+		t.Run(fmt.Sprintf("%s json=%v", tc.rel, tc.json), func(t *testing.T) {
+			clock := engine.NewClock(1)
+			var buf bytes.Buffer
+			lg := simlog.NewWith(&buf, clock, 4242, simlog.Options{Release: tc.rel, JSON: tc.json})
+			lg.Startup("Qwen/Qwen2.5-7B-Instruct-AWQ", 4096, "127.0.0.1:8000")
+			for _, s := range []struct {
+				at      float64
+				running int
+				kv      float64
+			}{{10, 3, 0.005}, {20, 46, 0.036}, {30, 144, 0.114}, {35, 193, 0.159}} {
+				lg.Stats(engine.IntervalStats{At: s.at, IntervalS: 10, PromptTokens: 880, GenerationTokens: 2560, Running: s.running, KVCacheUsage: s.kv})
+			}
+			lg.Crashed(engine.CrashInfo{At: 35, Running: 193, KVCacheUsage: 0.159, VocabSize: 152064, RequestedBytes: 193 * 152064 * 4})
+			lg.Shutdown()
+
+			lines, err := postmortem.ReadLog(&buf, "vllmsim", "vllmsim.log", time.Now().Add(time.Hour), time.Local)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := postmortem.Analyze(lines, postmortem.Options{})
+			if rep.Verdict != postmortem.VerdictTypeOne {
+				var out bytes.Buffer
+				_ = rep.WriteText(&out)
+				t.Fatalf("verdict = %q\n%s", rep.Verdict, out.String())
+			}
+			a := rep.Arithmetic
+			prints, size := "112.00 MiB", 4
+			if !tc.rel.V1Engine() {
+				prints, size = "56.00 MiB", 2
+			}
+			if a.Running != 193 || a.Vocab != 152064 || a.Tensor.ElementBytes != size || a.TorchPrints != prints || simlog.FormatSize(int64(*rep.LastWords.BytesRequested)) != prints {
+				t.Errorf("arithmetic = %+v, requested %d", a, *rep.LastWords.BytesRequested)
+			}
+			if a.Tensor.Tensor != "frequency_penalties.unsqueeze(dim=1) * output_bin_counts" || rep.Frames[len(rep.Frames)-1] != "vllm/model_executor/layers/utils.py:apply_penalties" {
+				t.Errorf("tensor %+v frames %q", a.Tensor, rep.Frames)
+			}
+			if last := rep.Timeline[len(rep.Timeline)-1]; *last.KVCacheUsagePerc != 0.159 {
+				t.Errorf("last KV = %v", *last.KVCacheUsagePerc)
+			}
+		})
+	}
+}

@@ -1,0 +1,95 @@
+// Command ragdemo is servescope's demo application: POST /ask answers a question by retrieving
+// passages from a small built-in corpus and asking the model through the servescope gateway, and
+// publishes one app.record per request (schema/publish) with the passages, the top score, the
+// embedding model and index versions, the cache result and the output checks.
+//
+// POST /admin/embedding-model {"version": "hash-embed-v2"} (bearer RAGDEMO_ADMIN_TOKEN) switches
+// the query-side embedding model without re-indexing: the silent retrieval failure of reference §4.
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/servescope/servescope/internal/config"
+	"github.com/servescope/servescope/schema/publish"
+	"github.com/servescope/servescope/sim/ragdemo/rag"
+)
+
+type settings struct {
+	ListenAddr          string        `env:"RAGDEMO_LISTEN_ADDR" envDefault:":8090"`
+	GatewayURL          string        `env:"RAGDEMO_GATEWAY_URL" envDefault:"http://127.0.0.1:8080"`
+	Model               string        `env:"RAGDEMO_MODEL" envDefault:"servescope/sim-7b"`
+	IndexEmbeddingModel string        `env:"RAGDEMO_INDEX_EMBEDDING_MODEL" envDefault:"hash-embed-v1"`
+	QueryEmbeddingModel string        `env:"RAGDEMO_QUERY_EMBEDDING_MODEL" envDefault:"hash-embed-v1"`
+	EmbeddingDim        int           `env:"RAGDEMO_EMBEDDING_DIM" envDefault:"192"`
+	CorpusVersion       string        `env:"RAGDEMO_CORPUS_VERSION" envDefault:"corpus-2026-11"`
+	TopK                int           `env:"RAGDEMO_TOP_K" envDefault:"4"`
+	MaxTokens           int           `env:"RAGDEMO_MAX_TOKENS" envDefault:"128"`
+	PromptVersion       string        `env:"RAGDEMO_PROMPT_VERSION" envDefault:"rag-prompt-v3"`
+	ConfigVersion       string        `env:"RAGDEMO_CONFIG_VERSION" envDefault:"ragdemo-config-1"`
+	CacheSize           int           `env:"RAGDEMO_CACHE_SIZE" envDefault:"256"`
+	Timeout             time.Duration `env:"RAGDEMO_TIMEOUT" envDefault:"120s"`
+	AdminToken          string        `env:"RAGDEMO_ADMIN_TOKEN"`
+	SpoolDir            string        `env:"RAGDEMO_SPOOL_DIR" envDefault:"/tmp/servescope-ragdemo-spool"`
+	NATS                config.NATS
+}
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if err := run(log); err != nil {
+		log.Error("ragdemo stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(log *slog.Logger) error {
+	cfg, err := config.Load[settings]()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	nc, err := cfg.NATS.Connect("ragdemo", nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	pub, err := publish.New(nc, cfg.NATS.SubjectPrefix, publish.Config{SpoolDir: cfg.SpoolDir, Logger: log})
+	if err != nil {
+		return err
+	}
+	app, err := rag.New(rag.Config{
+		GatewayURL: cfg.GatewayURL, Model: cfg.Model,
+		IndexEmbeddingModel: cfg.IndexEmbeddingModel, QueryEmbeddingModel: cfg.QueryEmbeddingModel,
+		EmbeddingDim: cfg.EmbeddingDim, CorpusVersion: cfg.CorpusVersion, TopK: cfg.TopK, MaxTokens: cfg.MaxTokens,
+		PromptVersion: cfg.PromptVersion, ConfigVersion: cfg.ConfigVersion, CacheSize: cfg.CacheSize, Timeout: cfg.Timeout,
+	}, pub, &http.Client{})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Addr: cfg.ListenAddr, Handler: app.Handler(cfg.AdminToken), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	log.Info("ragdemo listening", "addr", cfg.ListenAddr, "gateway", cfg.GatewayURL, "query_embedding_model", app.QueryEmbeddingModel())
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	return pub.Close(sctx)
+}
