@@ -97,13 +97,13 @@ func (e *RequestFinished) UnmarshalJSON(b []byte) error {
 	type plain RequestFinished
 	aux := struct {
 		*plain
-		EngineTTFTS *float64 `json:"engine_ttft_s"` // before 0.2
+		EngineTTFTSeconds *float64 `json:"engine_ttft_s"` // before 0.2
 	}{plain: (*plain)(e)}
 	if err := json.Unmarshal(b, &aux); err != nil {
 		return err
 	}
-	if e.ScheduledToFirstTokenS == nil {
-		e.ScheduledToFirstTokenS = aux.EngineTTFTS
+	if e.ScheduledToFirstTokenSeconds == nil {
+		e.ScheduledToFirstTokenSeconds = aux.EngineTTFTSeconds
 	}
 	return nil
 }

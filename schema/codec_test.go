@@ -57,7 +57,7 @@ func TestEncodeRefusesInvalidEvents(t *testing.T) {
 		{"missing endpoint and negative ttft", func() schema.Event {
 			e := fullEvent(t, schema.KindRequestFinished).(*schema.RequestFinished)
 			e.Endpoint = ""
-			e.TTFTS = ptr(-0.5)
+			e.TTFTSeconds = ptr(-0.5)
 			return e
 		}, []string{"endpoint", "ttft_s"}},
 		{"NaN histogram sum and bucket count", func() schema.Event {
@@ -225,14 +225,14 @@ func TestDecodeAccepts(t *testing.T) {
 		{"engine_ttft_s, the old name of scheduled_to_first_token_s", schema.KindRequestFinished,
 			mutate(t, finished, func(m map[string]any) { delete(m, "scheduled_to_first_token_s"); m["engine_ttft_s"] = 0.25 }),
 			func(t *testing.T, e schema.Event) {
-				if v := e.(*schema.RequestFinished).ScheduledToFirstTokenS; v == nil || *v != 0.25 {
+				if v := e.(*schema.RequestFinished).ScheduledToFirstTokenSeconds; v == nil || *v != 0.25 {
 					t.Errorf("scheduled_to_first_token_s %v, want 0.25 from engine_ttft_s", v)
 				}
 			}},
 		{"the current name wins over the old one", schema.KindRequestFinished,
 			mutate(t, finished, func(m map[string]any) { m["scheduled_to_first_token_s"] = 0.5; m["engine_ttft_s"] = 0.25 }),
 			func(t *testing.T, e schema.Event) {
-				if v := e.(*schema.RequestFinished).ScheduledToFirstTokenS; v == nil || *v != 0.5 {
+				if v := e.(*schema.RequestFinished).ScheduledToFirstTokenSeconds; v == nil || *v != 0.5 {
 					t.Errorf("scheduled_to_first_token_s %v, want 0.5", v)
 				}
 			}},

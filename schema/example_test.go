@@ -26,7 +26,7 @@ func ExampleNewAppRecord() {
 		{ID: "doc-4#p1", Score: 0.91, Source: "kb/shipping.md"},
 	})
 	retrieval := 0.084
-	r.RetrievalS = &retrieval
+	r.RetrievalSeconds = &retrieval
 	hit := false
 	r.CacheHit = &hit
 
@@ -48,7 +48,7 @@ func ExampleNewAppRecord() {
 func ExampleAppRecord_Validate() {
 	r := schema.NewAppRecord("", "support-bot", time.Date(2026, 6, 1, 11, 59, 30, 0, time.UTC))
 	negative := -0.2
-	r.RetrievalS = &negative
+	r.RetrievalSeconds = &negative
 	r.SetPassages([]schema.Passage{{ID: "doc-1", Score: 0.5}, {Score: 0.4}})
 	r.ErrorMessage = schema.Truncate(strings.Repeat("timeout; ", 2000), 8<<10) // keep free text within its limit
 

@@ -42,8 +42,8 @@ func fullEvents() []schema.Event {
 		Model: "Qwen/Qwen2.5-0.5B-Instruct", Endpoint: "/v1/chat/completions", Stream: true,
 		StatusCode: 200, ErrorLayer: schema.LayerUpstream, ErrorCode: "BadRequestError",
 		ErrorMessage: "This model's maximum context length is 2048 tokens. However, you requested 2100 tokens (1844 in the messages, 256 in the completion).",
-		TTFTS:        ptr(0.041), TPOTS: ptr(0.0123), E2ES: ptr(1.136), QueueS: ptr(0.002), PrefillS: ptr(0.035),
-		DecodeS: ptr(1.09), ScheduledToFirstTokenS: ptr(0.037), EngineITLS: ptr(0.0121),
+		TTFTSeconds:  ptr(0.041), TPOTSeconds: ptr(0.0123), E2ESeconds: ptr(1.136), QueueSeconds: ptr(0.002), PrefillSeconds: ptr(0.035),
+		DecodeSeconds: ptr(1.09), ScheduledToFirstTokenSeconds: ptr(0.037), EngineITLSeconds: ptr(0.0121),
 		PromptTokens: ptr(uint32(412)), CompletionTokens: ptr(uint32(88)), CachedTokens: ptr(uint32(256)),
 		TokensEstimated: true, FinishReason: "length", FinishReasons: []string{"length", "stop"}, MaxTokens: ptr(uint32(256)),
 		ResponseID: "chatcmpl-2Iq3zZNkYd3wBpRc6Z6pW0Y1yTd", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", TraceSampled: ptr(false),
@@ -51,11 +51,11 @@ func fullEvents() []schema.Event {
 		PromptText: "Résumé of <b>Q3</b> & \"Ünïcode\" — 日本語のテキスト", OutputText: "Here is the summary: ✓ done.",
 	}
 	ar := &schema.AppRecord{
-		Header:      schema.Header{Schema: "app.record/v1", EventID: "2Iq3zfE8Fh6hvZ2gwA9eWl0j5bA", RequestID: "req-from-client-7f3a", TS: finished},
-		Versions:    versions,
-		OutputCheck: check,
-		Model:       "Qwen/Qwen2.5-0.5B-Instruct",
-		RetrievalS:  ptr(0.084), CacheHit: ptr(false), CacheKind: "semantic",
+		Header:           schema.Header{Schema: "app.record/v1", EventID: "2Iq3zfE8Fh6hvZ2gwA9eWl0j5bA", RequestID: "req-from-client-7f3a", TS: finished},
+		Versions:         versions,
+		OutputCheck:      check,
+		Model:            "Qwen/Qwen2.5-0.5B-Instruct",
+		RetrievalSeconds: ptr(0.084), CacheHit: ptr(false), CacheKind: "semantic",
 		CitationCount: ptr(uint32(2)), CitationsMissing: ptr(false),
 		ErrorLayer: schema.LayerRetrieval, ErrorMessage: "vector store timeout after 80ms (served from fallback index)",
 	}
@@ -67,7 +67,7 @@ func fullEvents() []schema.Event {
 	es := &schema.EngineSample{
 		Header: schema.Header{Schema: "engine.sample/v1", EventID: "2Iq3zgPt7Zg8aXf0qkC6GjI2r8B", TS: now.Add(-500 * time.Millisecond)},
 		Engine: "http://127.0.0.1:8000/metrics", Model: "Qwen/Qwen2.5-0.5B-Instruct", Up: true,
-		ScrapeError: "previous scrape: context deadline exceeded", ScrapeDurationS: ptr(0.0042),
+		ScrapeError: "previous scrape: context deadline exceeded", ScrapeDurationSeconds: ptr(0.0042),
 		NumRequestsRunning: ptr(7.0), NumRequestsWaiting: ptr(2.0), KVCacheUsagePerc: ptr(0.159),
 		Gauges:   map[string]float64{"num_requests_swapped": 0, "lora_requests_info": 1},
 		Counters: map[string]float64{"prompt_tokens_total": 182344, `request_success_total{finished_reason="length"}`: 17},
@@ -81,7 +81,7 @@ func fullEvents() []schema.Event {
 		Header:          schema.Header{Schema: "engine.span/v1", EventID: "2Iq3zhQ4yZb5cVx1n8D7HkJ3s9C", RequestID: "2Iq3zZNkYd3wBpRc6Z6pW0Y1yTd", TS: finished},
 		EngineRequestID: "cmpl-2Iq3zZNkYd3wBpRc6Z6pW0Y1yTd-1", PromptIndex: ptr(uint32(1)), ChildIndex: ptr(uint32(0)), TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",
 		Engine: "vllm", Model: "Qwen/Qwen2.5-0.5B-Instruct", StartTS: arrival,
-		QueueS: ptr(0.002), PrefillS: ptr(0.035), DecodeS: ptr(1.09), InferenceS: ptr(1.125), TTFTS: ptr(0.037), E2ES: ptr(1.127),
+		QueueSeconds: ptr(0.002), PrefillSeconds: ptr(0.035), DecodeSeconds: ptr(1.09), InferenceSeconds: ptr(1.125), TTFTSeconds: ptr(0.037), E2ESeconds: ptr(1.127),
 		PromptTokens: ptr(uint32(412)), CompletionTokens: ptr(uint32(88)), FinishReason: "length", MaxTokens: ptr(uint32(256)),
 		Temperature: ptr(0.7), TopP: ptr(0.95), N: ptr(uint32(1)),
 	}

@@ -188,15 +188,15 @@ type RequestFinished struct {
 	ErrorCode string `json:"error_code,omitempty" jsonschema:"maxLength=256"`
 	// ErrorMessage is the error text (truncated to 8 KiB).
 	ErrorMessage string `json:"error_message,omitempty" jsonschema:"maxLength=8192"`
-	// TTFTS is the time to first token: seconds, measured at the gateway from request arrival to
+	// TTFTSeconds is the time to first token: seconds, measured at the gateway from request arrival to
 	// the first stream event carrying generated output of any kind, for any choice: text (`text`,
 	// `delta.content`), reasoning (`delta.reasoning_content` up to vLLM 0.10, `delta.reasoning`
 	// after), a tool-call delta, or for /v1/responses the first `response.*.delta` event with a
 	// non-empty delta. Never the role-only first chunk. Streams only: absent for a non-streaming
 	// answer, whose first token the gateway cannot see (request_facts derives one from queue_s +
 	// scheduled_to_first_token_s or from the engine span).
-	TTFTS *float64 `json:"ttft_s,omitempty" jsonschema:"minimum=0"`
-	// TPOTS is the mean time per output token after the first, per choice: seconds, measured at
+	TTFTSeconds *float64 `json:"ttft_s,omitempty" jsonschema:"minimum=0"`
+	// TPOTSeconds is the mean time per output token after the first, per choice: seconds, measured at
 	// the gateway as Σc (lastc − firstc) ÷ (completion_tokens − k). For each of the k choices
 	// that generated tokens, firstc is when its first chunk carrying tokens (any chunk but the
 	// role-only one) arrived and lastc when its last chunk (the finish chunk included) arrived;
@@ -206,28 +206,28 @@ type RequestFinished struct {
 	// engine's; one timeline divided by every choice's tokens would be 1/n of it. For
 	// /v1/responses the one output sequence is the choice. Streams only; absent when no choice
 	// has two tokens.
-	TPOTS *float64 `json:"tpot_s,omitempty" jsonschema:"minimum=0"`
-	// E2ES is the end-to-end latency: seconds from arrival to the last byte sent to the client.
-	E2ES *float64 `json:"e2e_s,omitempty" jsonschema:"minimum=0"`
-	// QueueS is the engine's queue wait in seconds: vLLM's per-request timing object
+	TPOTSeconds *float64 `json:"tpot_s,omitempty" jsonschema:"minimum=0"`
+	// E2ESeconds is the end-to-end latency: seconds from arrival to the last byte sent to the client.
+	E2ESeconds *float64 `json:"e2e_s,omitempty" jsonschema:"minimum=0"`
+	// QueueSeconds is the engine's queue wait in seconds: vLLM's per-request timing object
 	// `metrics.queue_time_ms` (scheduled − queued). vLLM sends that object only when started with
 	// --enable-per-request-metrics, and only for a single prompt with n = 1.
-	QueueS *float64 `json:"queue_s,omitempty" jsonschema:"minimum=0"`
-	// PrefillS is an engine's prefill time in seconds. The gateway leaves it absent: no vLLM
+	QueueSeconds *float64 `json:"queue_s,omitempty" jsonschema:"minimum=0"`
+	// PrefillSeconds is an engine's prefill time in seconds. The gateway leaves it absent: no vLLM
 	// response carries a prefill time (the timing object has none); the engine span's is in
 	// engine_spans.prefill_s.
-	PrefillS *float64 `json:"prefill_s,omitempty" jsonschema:"minimum=0"`
-	// DecodeS is the engine's decode time in seconds: `metrics.generation_time_ms`, first output
+	PrefillSeconds *float64 `json:"prefill_s,omitempty" jsonschema:"minimum=0"`
+	// DecodeSeconds is the engine's decode time in seconds: `metrics.generation_time_ms`, first output
 	// token to last, without queue wait and prefill.
-	DecodeS *float64 `json:"decode_s,omitempty" jsonschema:"minimum=0"`
-	// ScheduledToFirstTokenS is seconds from the engine scheduling the request to its first output
+	DecodeSeconds *float64 `json:"decode_s,omitempty" jsonschema:"minimum=0"`
+	// ScheduledToFirstTokenSeconds is seconds from the engine scheduling the request to its first output
 	// token, as the engine reports it in its per-request timing object (vLLM `metrics.
 	// time_to_first_token_ms`, built from scheduled_ts, not arrival). It excludes the queue wait, so
 	// it is not a TTFT: queue_s + scheduled_to_first_token_s is the engine's time from arrival.
 	// Events written before this name carried it as `engine_ttft_s`; decoders read both.
-	ScheduledToFirstTokenS *float64 `json:"scheduled_to_first_token_s,omitempty" jsonschema:"minimum=0"`
-	// EngineITLS is the engine's mean inter-token latency in seconds (`metrics.mean_itl_ms`).
-	EngineITLS *float64 `json:"engine_itl_s,omitempty" jsonschema:"minimum=0"`
+	ScheduledToFirstTokenSeconds *float64 `json:"scheduled_to_first_token_s,omitempty" jsonschema:"minimum=0"`
+	// EngineITLSeconds is the engine's mean inter-token latency in seconds (`metrics.mean_itl_ms`).
+	EngineITLSeconds *float64 `json:"engine_itl_s,omitempty" jsonschema:"minimum=0"`
 	// PromptTokens is usage.prompt_tokens, summed over the prompts of a request (input_tokens for
 	// /v1/responses; OTel gen_ai.usage.input_tokens).
 	PromptTokens *uint32 `json:"prompt_tokens,omitempty"`
@@ -316,8 +316,8 @@ type AppRecord struct {
 	Passages []Passage `json:"passages,omitempty" jsonschema:"maxItems=1000"`
 	// RetrievalTopScore is the score of the top passage; absent when nothing was retrieved.
 	RetrievalTopScore *float64 `json:"retrieval_top_score,omitempty"`
-	// RetrievalS is the time the retrieval step took, in seconds.
-	RetrievalS *float64 `json:"retrieval_s,omitempty" jsonschema:"minimum=0"`
+	// RetrievalSeconds is the time the retrieval step took, in seconds.
+	RetrievalSeconds *float64 `json:"retrieval_s,omitempty" jsonschema:"minimum=0"`
 	// CacheHit says whether the answer came from a cache; absent when the application has none.
 	CacheHit *bool `json:"cache_hit,omitempty"`
 	// CacheKind names the cache: "exact", "semantic", "prefix", ...
@@ -385,8 +385,8 @@ type EngineSample struct {
 	Up bool `json:"up"`
 	// ScrapeError is the failure of a failed scrape.
 	ScrapeError string `json:"scrape_error,omitempty" jsonschema:"maxLength=8192"`
-	// ScrapeDurationS is how long the scrape took, in seconds.
-	ScrapeDurationS *float64 `json:"scrape_duration_s,omitempty" jsonschema:"minimum=0"`
+	// ScrapeDurationSeconds is how long the scrape took, in seconds.
+	ScrapeDurationSeconds *float64 `json:"scrape_duration_s,omitempty" jsonschema:"minimum=0"`
 	// NumRequestsRunning is vllm:num_requests_running (sequences in the running batch).
 	NumRequestsRunning *float64 `json:"num_requests_running,omitempty" jsonschema:"minimum=0"`
 	// NumRequestsWaiting is vllm:num_requests_waiting (requests queued for a slot).
@@ -445,19 +445,19 @@ type EngineSpan struct {
 	Model string `json:"model,omitempty" jsonschema:"maxLength=256"`
 	// StartTS is the span start (the engine's request arrival).
 	StartTS time.Time `json:"start_ts"`
-	// QueueS is gen_ai.latency.time_in_queue, seconds.
-	QueueS *float64 `json:"queue_s,omitempty" jsonschema:"minimum=0"`
-	// PrefillS is gen_ai.latency.time_in_model_prefill, seconds (V1 engine only).
-	PrefillS *float64 `json:"prefill_s,omitempty" jsonschema:"minimum=0"`
-	// DecodeS is gen_ai.latency.time_in_model_decode, seconds (V1 engine only).
-	DecodeS *float64 `json:"decode_s,omitempty" jsonschema:"minimum=0"`
-	// InferenceS is gen_ai.latency.time_in_model_inference, seconds (V1 engine only).
-	InferenceS *float64 `json:"inference_s,omitempty" jsonschema:"minimum=0"`
-	// TTFTS is gen_ai.latency.time_to_first_token: seconds from the engine's arrival of the
+	// QueueSeconds is gen_ai.latency.time_in_queue, seconds.
+	QueueSeconds *float64 `json:"queue_s,omitempty" jsonschema:"minimum=0"`
+	// PrefillSeconds is gen_ai.latency.time_in_model_prefill, seconds (V1 engine only).
+	PrefillSeconds *float64 `json:"prefill_s,omitempty" jsonschema:"minimum=0"`
+	// DecodeSeconds is gen_ai.latency.time_in_model_decode, seconds (V1 engine only).
+	DecodeSeconds *float64 `json:"decode_s,omitempty" jsonschema:"minimum=0"`
+	// InferenceSeconds is gen_ai.latency.time_in_model_inference, seconds (V1 engine only).
+	InferenceSeconds *float64 `json:"inference_s,omitempty" jsonschema:"minimum=0"`
+	// TTFTSeconds is gen_ai.latency.time_to_first_token: seconds from the engine's arrival of the
 	// request to its first output token (it includes the queue wait).
-	TTFTS *float64 `json:"ttft_s,omitempty" jsonschema:"minimum=0"`
-	// E2ES is gen_ai.latency.e2e, seconds from the engine's arrival to the request's end.
-	E2ES *float64 `json:"e2e_s,omitempty" jsonschema:"minimum=0"`
+	TTFTSeconds *float64 `json:"ttft_s,omitempty" jsonschema:"minimum=0"`
+	// E2ESeconds is gen_ai.latency.e2e, seconds from the engine's arrival to the request's end.
+	E2ESeconds *float64 `json:"e2e_s,omitempty" jsonschema:"minimum=0"`
 	// PromptTokens is gen_ai.usage.prompt_tokens (input tokens).
 	PromptTokens *uint32 `json:"prompt_tokens,omitempty"`
 	// CompletionTokens is gen_ai.usage.completion_tokens (output tokens).

@@ -214,8 +214,8 @@ func (e *RequestFinished) ValidateAt(now time.Time) error {
 		name string
 		val  *float64
 	}{
-		{"ttft_s", e.TTFTS}, {"tpot_s", e.TPOTS}, {"e2e_s", e.E2ES}, {"queue_s", e.QueueS},
-		{"prefill_s", e.PrefillS}, {"decode_s", e.DecodeS}, {"scheduled_to_first_token_s", e.ScheduledToFirstTokenS}, {"engine_itl_s", e.EngineITLS},
+		{"ttft_s", e.TTFTSeconds}, {"tpot_s", e.TPOTSeconds}, {"e2e_s", e.E2ESeconds}, {"queue_s", e.QueueSeconds},
+		{"prefill_s", e.PrefillSeconds}, {"decode_s", e.DecodeSeconds}, {"scheduled_to_first_token_s", e.ScheduledToFirstTokenSeconds}, {"engine_itl_s", e.EngineITLSeconds},
 	} {
 		v.duration(d.name, d.val)
 	}
@@ -255,7 +255,7 @@ func (e *AppRecord) ValidateAt(now time.Time) error {
 		v.finite(f+".score", &p.Score)
 	}
 	v.finite("retrieval_top_score", e.RetrievalTopScore)
-	v.duration("retrieval_s", e.RetrievalS)
+	v.duration("retrieval_s", e.RetrievalSeconds)
 	v.str("cache_kind", e.CacheKind, 64)
 	v.str("error_layer", e.ErrorLayer, 64)
 	v.str("error_message", e.ErrorMessage, maxMessage)
@@ -272,7 +272,7 @@ func (e *EngineSample) ValidateAt(now time.Time) error {
 	v.required("engine", e.Engine, maxURL)
 	v.str("model", e.Model, maxLabel)
 	v.str("scrape_error", e.ScrapeError, maxMessage)
-	v.duration("scrape_duration_s", e.ScrapeDurationS)
+	v.duration("scrape_duration_s", e.ScrapeDurationSeconds)
 	v.nonNegative("num_requests_running", e.NumRequestsRunning)
 	v.nonNegative("num_requests_waiting", e.NumRequestsWaiting)
 	v.nonNegative("kv_cache_usage_perc", e.KVCacheUsagePerc)
@@ -320,8 +320,8 @@ func (e *EngineSpan) ValidateAt(now time.Time) error {
 		name string
 		val  *float64
 	}{
-		{"queue_s", e.QueueS}, {"prefill_s", e.PrefillS}, {"decode_s", e.DecodeS},
-		{"inference_s", e.InferenceS}, {"ttft_s", e.TTFTS}, {"e2e_s", e.E2ES},
+		{"queue_s", e.QueueSeconds}, {"prefill_s", e.PrefillSeconds}, {"decode_s", e.DecodeSeconds},
+		{"inference_s", e.InferenceSeconds}, {"ttft_s", e.TTFTSeconds}, {"e2e_s", e.E2ESeconds},
 	} {
 		v.duration(d.name, d.val)
 	}

@@ -46,7 +46,7 @@ func TestValidateAtFields(t *testing.T) {
 		{"infinite retrieval_top_score and negative retrieval_s", schema.KindAppRecord, func(e schema.Event) {
 			r := e.(*schema.AppRecord)
 			r.RetrievalTopScore = ptr(math.Inf(1))
-			r.RetrievalS = ptr(-0.1)
+			r.RetrievalSeconds = ptr(-0.1)
 		}, []string{"retrieval_top_score", "retrieval_s"}},
 		{"missing engine", schema.KindEngineSample, func(e schema.Event) { e.(*schema.EngineSample).Engine = "" }, []string{"engine"}},
 		{"negative kv_cache_usage_perc", schema.KindEngineSample, func(e schema.Event) { e.(*schema.EngineSample).KVCacheUsagePerc = ptr(-0.5) }, []string{"kv_cache_usage_perc"}},
@@ -62,7 +62,7 @@ func TestValidateAtFields(t *testing.T) {
 		{"NaN span temperature and negative ttft", schema.KindEngineSpan, func(e schema.Event) {
 			s := e.(*schema.EngineSpan)
 			s.Temperature = ptr(math.NaN())
-			s.TTFTS = ptr(-1.0)
+			s.TTFTSeconds = ptr(-1.0)
 		}, []string{"ttft_s", "temperature"}},
 		{"span start before 2000", schema.KindEngineSpan, func(e schema.Event) { e.(*schema.EngineSpan).StartTS = time.Date(1970, 1, 1, 0, 0, 1, 0, time.UTC) }, []string{"start_ts"}},
 		{"span_id over 16 bytes", schema.KindEngineSpan, func(e schema.Event) { e.(*schema.EngineSpan).SpanID = "00f067aa0ba902b7ff" }, []string{"span_id"}},

@@ -20,8 +20,8 @@ type Baseline struct {
 	// From and To bound the day; To is at least an hour before the demo so the demo's own
 	// traffic never falls into it.
 	From, To time.Time
-	// RatePerS is the arrival rate of each of the two request streams (RAG app and plain API).
-	RatePerS float64
+	// RatePerSecond is the arrival rate of each of the two request streams (RAG app and plain API).
+	RatePerSecond float64
 	// Model, App, Engine, EmbeddingModel and IndexVersion name the demo's own system so the
 	// detector's per-app and per-engine baselines find it.
 	Model, App, Engine, EmbeddingModel, IndexVersion string
@@ -36,9 +36,9 @@ func (b Baseline) Traffic(seed uint64) *synth.Traffic {
 	rag.Model, rag.App, rag.EmbeddingModelVersion, rag.IndexVersion = b.Model, b.App, b.EmbeddingModel, b.IndexVersion
 	api := rag
 	api.App, api.EmbeddingModelVersion, api.IndexVersion, api.TopScore = "", "", "", 0
-	t := g.Requests(b.From, b.To, synth.Constant(b.RatePerS), rag)
-	t.Add(g.Requests(b.From, b.To, synth.Constant(b.RatePerS), api))
-	eng := synth.NormalEngine(synth.Constant(2*b.RatePerS), 2.1)
+	t := g.Requests(b.From, b.To, synth.Constant(b.RatePerSecond), rag)
+	t.Add(g.Requests(b.From, b.To, synth.Constant(b.RatePerSecond), api))
+	eng := synth.NormalEngine(synth.Constant(2*b.RatePerSecond), 2.1)
 	eng.Engine, eng.Model, eng.Every = b.Engine, b.Model, time.Minute
 	t.Add(g.Samples(b.From, b.To, eng))
 	return t

@@ -12,7 +12,7 @@ import (
 )
 
 func testBaseline(now time.Time) Baseline {
-	return Baseline{From: now.Add(-3 * time.Hour), To: now.Add(-61 * time.Minute), RatePerS: 0.02,
+	return Baseline{From: now.Add(-3 * time.Hour), To: now.Add(-61 * time.Minute), RatePerSecond: 0.02,
 		Model: "servescope/sim-7b", App: "ragdemo", Engine: EngineName,
 		EmbeddingModel: "hash-embed-v1", IndexVersion: "corpus-2026-11@hash-embed-v1"}
 }

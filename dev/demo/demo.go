@@ -300,7 +300,7 @@ func (r *run) startStack(ctx context.Context) error {
 		return err
 	}
 	now := time.Now().UTC()
-	b := Baseline{From: now.Add(-25 * time.Hour), To: now.Add(-61 * time.Minute), RatePerS: 0.01,
+	b := Baseline{From: now.Add(-25 * time.Hour), To: now.Add(-61 * time.Minute), RatePerSecond: 0.01,
 		Model: r.stack.Model, App: "ragdemo", Engine: EngineName, EmbeddingModel: idx.Index, IndexVersion: idx.IndexVersion}
 	t := b.Traffic(42)
 	r.step("baseline: publishing a synthetic normal day through NATS (%d requests, %d app records, %d engine samples, %s → %s), so the detector compares with the same system's previous day…",

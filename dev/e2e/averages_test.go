@@ -28,17 +28,17 @@ func TestWindowAveragesMatchLoadgen(t *testing.T) {
 	}
 
 	var row struct {
-		Requests   *float64 `ch:"requests"`
-		QueueS     *float64 `ch:"queue_s"`
-		PrefillS   *float64 `ch:"prefill_s"`
-		TTFTS      *float64 `ch:"ttft_s"`
-		ITLS       *float64 `ch:"itl_s"`
-		DecodeS    *float64 `ch:"decode_s"`
-		E2ES       *float64 `ch:"e2e_s"`
-		Prompt     *float64 `ch:"prompt_tokens"`
-		Generation *float64 `ch:"generation_tokens"`
-		MaxRunning *float64 `ch:"max_running"`
-		MaxWaiting *float64 `ch:"max_waiting"`
+		Requests       *float64 `ch:"requests"`
+		QueueSeconds   *float64 `ch:"queue_s"`
+		PrefillSeconds *float64 `ch:"prefill_s"`
+		TTFTSeconds    *float64 `ch:"ttft_s"`
+		ITLSeconds     *float64 `ch:"itl_s"`
+		DecodeSeconds  *float64 `ch:"decode_s"`
+		E2ESeconds     *float64 `ch:"e2e_s"`
+		Prompt         *float64 `ch:"prompt_tokens"`
+		Generation     *float64 `ch:"generation_tokens"`
+		MaxRunning     *float64 `ch:"max_running"`
+		MaxWaiting     *float64 `ch:"max_waiting"`
 	}
 	waitFor(t, 60*time.Second, "the window's histograms in ClickHouse", func(ctx context.Context) (bool, string, error) {
 		err := p.Conn.QueryRow(ctx, `
@@ -54,12 +54,12 @@ func TestWindowAveragesMatchLoadgen(t *testing.T) {
 		loadgen  *float64
 		optional bool // compared only when loadgen saw it above zero
 	}{
-		{"queue_s", row.QueueS, eng.QueueS, true},
-		{"prefill_s", row.PrefillS, eng.PrefillS, false},
-		{"ttft_s", row.TTFTS, eng.TTFTS, false},
-		{"inter_token_s", row.ITLS, eng.InterTokenS, false},
-		{"decode_s", row.DecodeS, eng.DecodeS, false},
-		{"e2e_s", row.E2ES, eng.E2ES, false},
+		{"queue_s", row.QueueSeconds, eng.QueueSeconds, true},
+		{"prefill_s", row.PrefillSeconds, eng.PrefillSeconds, false},
+		{"ttft_s", row.TTFTSeconds, eng.TTFTSeconds, false},
+		{"inter_token_s", row.ITLSeconds, eng.InterTokenSeconds, false},
+		{"decode_s", row.DecodeSeconds, eng.DecodeSeconds, false},
+		{"e2e_s", row.E2ESeconds, eng.E2ESeconds, false},
 		{"prompt_tokens", row.Prompt, eng.PromptTokens, false},
 		{"generation_tokens", row.Generation, eng.GenerationTokens, false},
 	}
@@ -85,22 +85,22 @@ func TestWindowAveragesMatchLoadgen(t *testing.T) {
 	if rep.TTFT == nil || rep.TPOT == nil || rep.E2E == nil {
 		t.Fatalf("loadgen client-side latencies: ttft %v tpot %v e2e %v", rep.TTFT, rep.TPOT, rep.E2E)
 	}
-	if v := deref(row.ITLS); !(math.Abs(v-rep.TPOT.Mean) <= 0.1*rep.TPOT.Mean) {
+	if v := deref(row.ITLSeconds); !(math.Abs(v-rep.TPOT.Mean) <= 0.1*rep.TPOT.Mean) {
 		t.Errorf("inter-token: window average %g, loadgen's client-side TPOT mean %g (want within 10%%)", v, rep.TPOT.Mean)
 	}
 	for _, c := range []struct {
 		name       string
 		view       *float64
 		clientMean float64
-	}{{"ttft_s", row.TTFTS, rep.TTFT.Mean}, {"e2e_s", row.E2ES, rep.E2E.Mean}} {
+	}{{"ttft_s", row.TTFTSeconds, rep.TTFT.Mean}, {"e2e_s", row.E2ESeconds, rep.E2E.Mean}} {
 		if v := deref(c.view); !(c.clientMean >= 0.9*v) {
 			t.Errorf("%s: loadgen's client-side mean %g is below the engine's window average %g", c.name, c.clientMean, v)
 		}
 	}
 	t.Logf("client-side means: ttft %.4g, tpot %.4g, e2e %.4g", rep.TTFT.Mean, rep.TPOT.Mean, rep.E2E.Mean)
 	// An overload: the requests beyond the slots waited, so queue wait is part of the check.
-	if eng.QueueS == nil || *eng.QueueS <= 0 {
-		t.Errorf("loadgen queue wait %v: the run did not overload the engine", deref(eng.QueueS))
+	if eng.QueueSeconds == nil || *eng.QueueSeconds <= 0 {
+		t.Errorf("loadgen queue wait %v: the run did not overload the engine", deref(eng.QueueSeconds))
 	}
 
 	// The samples themselves: running stops at the slot limit and the excess waits.

@@ -39,7 +39,7 @@ func Event(k schema.Kind, i int, base time.Time) schema.Event {
 			{ID: fmt.Sprintf("doc-%d#3", i%100), Score: 0.82, Source: "handbook.md"},
 			{ID: fmt.Sprintf("doc-%d#7", i%100), Score: 0.77},
 		})
-		e.RetrievalS = ptr(0.012)
+		e.RetrievalSeconds = ptr(0.012)
 		e.EmbeddingModelVersion = "bge-small-v1.5"
 		e.IndexVersion = "idx-2026-11-01"
 		e.PromptVersion = "prompt-v12"
@@ -54,7 +54,7 @@ func Event(k schema.Kind, i int, base time.Time) schema.Event {
 		e := schema.NewEngineSample("http://vllm:8000/metrics", ts)
 		e.Model = "Qwen/Qwen2.5-7B-Instruct-AWQ"
 		e.Up = true
-		e.ScrapeDurationS = ptr(0.004)
+		e.ScrapeDurationSeconds = ptr(0.004)
 		e.NumRequestsRunning = ptr(float64(i % 256))
 		e.NumRequestsWaiting = ptr(float64(i % 7))
 		e.KVCacheUsagePerc = ptr(0.28)
@@ -75,8 +75,8 @@ func Event(k schema.Kind, i int, base time.Time) schema.Event {
 		e.Engine = "vllm"
 		e.Model = "Qwen/Qwen2.5-7B-Instruct-AWQ"
 		e.StartTS = ts.Add(-2 * time.Second)
-		e.QueueS, e.PrefillS, e.DecodeS, e.InferenceS = ptr(0.01), ptr(0.05), ptr(1.9), ptr(1.95)
-		e.TTFTS, e.E2ES = ptr(0.07), ptr(1.97)
+		e.QueueSeconds, e.PrefillSeconds, e.DecodeSeconds, e.InferenceSeconds = ptr(0.01), ptr(0.05), ptr(1.9), ptr(1.95)
+		e.TTFTSeconds, e.E2ESeconds = ptr(0.07), ptr(1.97)
 		e.PromptTokens, e.CompletionTokens, e.MaxTokens = ptr(uint32(700)), ptr(uint32(120)), ptr(uint32(128))
 		e.Temperature, e.TopP, e.N = ptr(0.7), ptr(0.95), ptr(uint32(1))
 		return e
@@ -111,7 +111,7 @@ func RequestFinished(i int, ts time.Time) *schema.RequestFinished {
 	e.Endpoint = "/v1/chat/completions"
 	e.Stream = true
 	e.StatusCode = 200
-	e.TTFTS, e.E2ES = ptr(0.0712), ptr(2.0133)
+	e.TTFTSeconds, e.E2ESeconds = ptr(0.0712), ptr(2.0133)
 	e.PromptTokens, e.CompletionTokens = ptr(uint32(712+i%100)), ptr(uint32(123))
 	e.FinishReason = "stop"
 	return e

@@ -83,7 +83,7 @@ func TestCommentsReadOnlyThePackage(t *testing.T) {
 	if got := docs[ModulePath+".Header.EventID"]; !strings.HasPrefix(got, "EventID is a KSUID") {
 		t.Errorf("Header.EventID doc %q", got)
 	}
-	if got := docs[ModulePath+".RequestFinished.TTFTS"]; strings.Contains(got, "\n") {
+	if got := docs[ModulePath+".RequestFinished.TTFTSeconds"]; strings.Contains(got, "\n") {
 		t.Errorf("wrapped comment not joined: %q", got)
 	}
 	for k := range docs {

@@ -60,7 +60,7 @@ func Incidents() []Incident {
 		{Rule: "overload_queue", Duration: 6 * time.Minute,
 			Generate: func(g *Generator, from, to time.Time) *Traffic {
 				s := NormalShape()
-				s.QueueProb, s.QueueS = 1, 0.47
+				s.QueueProb, s.QueueSeconds = 1, 0.47
 				return g.Requests(from, to, Constant(0.3), s).Add(engineAt(256, 44, 0.28)(g, from, to))
 			}},
 		// Running stops at exactly 256 (max_num_seqs) while the KV cache is 28% used.
@@ -70,7 +70,7 @@ func Incidents() []Incident {
 			Generate: withShape(0.2, func(s *Shape) { s.Status5xxProb = 0.2 })},
 		// Reference §3 long output: 1,024 output tokens, 0.026 s between tokens, E2E 26.6 s.
 		{Rule: "latency_p95", Duration: 13 * time.Minute,
-			Generate: withShape(0.1, func(s *Shape) { s.TPOTS, s.CompletionTokens = 0.026, 1024 })},
+			Generate: withShape(0.1, func(s *Shape) { s.TPOTSeconds, s.CompletionTokens = 0.026, 1024 })},
 		{Rule: "truncated_outputs", Duration: 13 * time.Minute,
 			Generate: withShape(0.1, func(s *Shape) { s.LengthProb = 0.4 })},
 	}

@@ -33,8 +33,8 @@ func Insert(ctx context.Context, conn driver.Conn, t *Traffic) error {
 		len(t.Finished), func(b driver.Batch, i int) error {
 			e := t.Finished[i]
 			return b.Append(e.EventID, e.RequestID, e.TS, e.ArrivalTS, e.FinishedTS, e.Model, e.Endpoint, e.Stream,
-				e.StatusCode, e.ErrorLayer, e.ErrorCode, e.ErrorMessage, e.QueueS, e.PrefillS, e.DecodeS, e.TTFTS,
-				e.TPOTS, e.E2ES, e.PromptTokens, e.CompletionTokens, e.CachedTokens, e.FinishReason, e.MaxTokens,
+				e.StatusCode, e.ErrorLayer, e.ErrorCode, e.ErrorMessage, e.QueueSeconds, e.PrefillSeconds, e.DecodeSeconds, e.TTFTSeconds,
+				e.TPOTSeconds, e.E2ESeconds, e.PromptTokens, e.CompletionTokens, e.CachedTokens, e.FinishReason, e.MaxTokens,
 				e.OutputForeignChars, e.OutputScriptViolation, e.App, e.PromptVersion, e.ConfigVersion,
 				e.IndexVersion, e.EmbeddingModelVersion)
 		}); err != nil {
@@ -53,7 +53,7 @@ func Insert(ctx context.Context, conn driver.Conn, t *Traffic) error {
 				ids[j], scores[j], sources[j] = p.ID, p.Score, p.Source
 			}
 			return b.Append(e.EventID, e.RequestID, e.TS, e.App, e.Model, ids, scores, sources,
-				e.RetrievalTopScore, e.RetrievalS, e.EmbeddingModelVersion, e.IndexVersion, e.PromptVersion,
+				e.RetrievalTopScore, e.RetrievalSeconds, e.EmbeddingModelVersion, e.IndexVersion, e.PromptVersion,
 				e.ConfigVersion, e.OutputForeignChars, e.OutputScriptViolation)
 		}); err != nil {
 		return err
@@ -67,7 +67,7 @@ func Insert(ctx context.Context, conn driver.Conn, t *Traffic) error {
 			if gauges == nil {
 				gauges = map[string]float64{}
 			}
-			return b.Append(e.EventID, e.TS, e.Engine, e.Model, e.Up, e.ScrapeError, e.ScrapeDurationS,
+			return b.Append(e.EventID, e.TS, e.Engine, e.Model, e.Up, e.ScrapeError, e.ScrapeDurationSeconds,
 				e.NumRequestsRunning, e.NumRequestsWaiting, e.KVCacheUsagePerc, gauges)
 		})
 }

@@ -67,13 +67,13 @@ type Shape struct {
 	LengthProb float64
 	// Status4xxProb and Status5xxProb are the chances of a 400 and a 500 answer.
 	Status4xxProb, Status5xxProb float64
-	// TTFTS and TPOTS are medians; each request multiplies them by a log-normal factor of sigma
+	// TTFTSeconds and TPOTSeconds are medians; each request multiplies them by a log-normal factor of sigma
 	// Jitter. CompletionTokens is the mean output length.
-	TTFTS, TPOTS     float64
-	Jitter           float64
-	CompletionTokens int
-	// QueueProb is the chance a request waited QueueS seconds before prefill.
-	QueueProb, QueueS float64
+	TTFTSeconds, TPOTSeconds float64
+	Jitter                   float64
+	CompletionTokens         int
+	// QueueProb is the chance a request waited QueueSeconds seconds before prefill.
+	QueueProb, QueueSeconds float64
 	// UnfinishedProb is the chance a request starts and never finishes (no request.finished).
 	UnfinishedProb float64
 }
@@ -86,7 +86,7 @@ func NormalShape() Shape {
 		EmbeddingModelVersion: "bge-m3@1", IndexVersion: "idx-2026-11-01",
 		TopScore: 0.88, TopScoreSD: 0.04,
 		ViolationProb: 0.001, LengthProb: 0.02, Status4xxProb: 0.01,
-		TTFTS: 0.05, TPOTS: 0.016, Jitter: 0.15, CompletionTokens: 128,
+		TTFTSeconds: 0.05, TPOTSeconds: 0.016, Jitter: 0.15, CompletionTokens: 128,
 	}
 }
 
@@ -174,7 +174,7 @@ func (g *Generator) request(t *Traffic, arrival time.Time, s Shape, end time.Tim
 	}
 	queue := 0.0
 	if g.rng.Float64() < s.QueueProb {
-		queue = g.jitter(s.QueueS, s.Jitter)
+		queue = g.jitter(s.QueueSeconds, s.Jitter)
 	}
 	status := uint16(200)
 	switch u := g.rng.Float64(); {
@@ -188,8 +188,8 @@ func (g *Generator) request(t *Traffic, arrival time.Time, s Shape, end time.Tim
 	if g.rng.Float64() < s.LengthProb {
 		tokens, finish = maxTokens, "length"
 	}
-	ttft := queue + g.jitter(s.TTFTS, s.Jitter)
-	tpot := g.jitter(s.TPOTS, s.Jitter)
+	ttft := queue + g.jitter(s.TTFTSeconds, s.Jitter)
+	tpot := g.jitter(s.TPOTSeconds, s.Jitter)
 	e2e := ttft + tpot*float64(tokens-1)
 	if status != 200 {
 		e2e, tokens, finish = g.jitter(0.01, 0.3), 0, ""
@@ -199,9 +199,9 @@ func (g *Generator) request(t *Traffic, arrival time.Time, s Shape, end time.Tim
 	keep := end.IsZero() || finished.Before(end)
 	f.Model, f.Endpoint, f.Stream, f.StatusCode, f.MaxTokens = s.Model, s.Endpoint, true, status, &maxTokens
 	f.App, f.IndexVersion, f.EmbeddingModelVersion = s.App, s.IndexVersion, s.EmbeddingModelVersion
-	f.E2ES = ptr(e2e)
+	f.E2ESeconds = ptr(e2e)
 	if status == 200 {
-		f.TTFTS, f.TPOTS, f.QueueS = ptr(ttft), ptr(tpot), ptr(queue)
+		f.TTFTSeconds, f.TPOTSeconds, f.QueueSeconds = ptr(ttft), ptr(tpot), ptr(queue)
 		f.CompletionTokens, f.FinishReason = &tokens, finish
 		foreign, violation := uint32(0), g.rng.Float64() < s.ViolationProb
 		if violation {
@@ -222,7 +222,7 @@ func (g *Generator) request(t *Traffic, arrival time.Time, s Shape, end time.Tim
 			ps[i] = schema.Passage{ID: "p" + string(rune('a'+g.rng.IntN(26))), Score: top - float64(i)*0.05*g.rng.Float64()}
 		}
 		a.SetPassages(ps)
-		a.RetrievalS = ptr(retrievalS)
+		a.RetrievalSeconds = ptr(retrievalS)
 		if f.OutputScriptViolation != nil {
 			a.OutputForeignChars, a.OutputScriptViolation = f.OutputForeignChars, f.OutputScriptViolation
 		}
@@ -271,7 +271,7 @@ func (g *Generator) Samples(from, to time.Time, es EngineShape) *Traffic {
 		waiting := math.Round(max(0, es.Waiting(at)))
 		kv := min(1, max(0, es.KVCache(at)+g.rng.NormFloat64()*es.Noise*0.005))
 		s.NumRequestsRunning, s.NumRequestsWaiting, s.KVCacheUsagePerc = ptr(running), ptr(waiting), ptr(kv)
-		s.ScrapeDurationS = ptr(0.004)
+		s.ScrapeDurationSeconds = ptr(0.004)
 		t.Samples = append(t.Samples, s)
 	}
 	return t

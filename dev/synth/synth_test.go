@@ -16,7 +16,7 @@ var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 func TestEventsAreValidAndOrdered(t *testing.T) {
 	g := synth.New(1)
 	s := synth.NormalShape()
-	s.Status5xxProb, s.Status4xxProb, s.UnfinishedProb, s.QueueProb, s.QueueS = 0.1, 0.1, 0.1, 0.5, 0.4
+	s.Status5xxProb, s.Status4xxProb, s.UnfinishedProb, s.QueueProb, s.QueueSeconds = 0.1, 0.1, 0.1, 0.5, 0.4
 	tr := g.Requests(t0, t0.Add(10*time.Minute), synth.Constant(2), s)
 	tr.Add(g.Samples(t0, t0.Add(10*time.Minute), synth.NormalEngine(synth.Constant(2), 2)))
 	events := tr.Events()

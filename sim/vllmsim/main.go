@@ -49,7 +49,7 @@ type config struct {
 	CrashAtRunning      int     `env:"CRASH_AT_RUNNING" envDefault:"0"`
 	WrongLanguageShare  float64 `env:"WRONG_LANGUAGE_SHARE" envDefault:"0"`
 	SlowShare           float64 `env:"SLOW_SHARE" envDefault:"0"`
-	SlowDelayS          float64 `env:"SLOW_DELAY_S" envDefault:"5"`
+	SlowDelaySeconds    float64 `env:"SLOW_DELAY_S" envDefault:"5"`
 	DropShare           float64 `env:"DROP_SHARE" envDefault:"0"`
 	PerRequestMetrics   bool    `env:"ENABLE_PER_REQUEST_METRICS" envDefault:"false"`
 	VLLMVersion         string  `env:"VLLM_VERSION" envDefault:"main"`
@@ -92,7 +92,7 @@ func flagSet(c *config) *flag.FlagSet {
 	fs.IntVar(&c.CrashAtRunning, "crash-at-running", c.CrashAtRunning, "die with a CUDA OOM in the sampler when running exceeds this (0 = never)")
 	fs.Float64Var(&c.WrongLanguageShare, "wrong-language-share", c.WrongLanguageShare, "share of answers with CJK characters mixed in (0..1)")
 	fs.Float64Var(&c.SlowShare, "slow-share", c.SlowShare, "share of requests delayed before reaching the engine (0..1)")
-	fs.Float64Var(&c.SlowDelayS, "slow-delay-s", c.SlowDelayS, "delay of slow requests, simulated seconds")
+	fs.Float64Var(&c.SlowDelaySeconds, "slow-delay-s", c.SlowDelaySeconds, "delay of slow requests, simulated seconds")
 	fs.Float64Var(&c.DropShare, "drop-share", c.DropShare, "share of streams whose connection is cut mid-stream (0..1)")
 	fs.StringVar(&c.VLLMVersion, "vllm-version", c.VLLMVersion, "vLLM release to imitate (API, errors, spans, /metrics and log): 0.8-v0 (v0.8.5 on its V0 engine), 0.8 (v0.8.5, V1 engine; with --otlp-endpoint it runs V0 as vLLM 0.8 does), 0.10 (v0.10.2) or main")
 	fs.BoolVar(&c.PerRequestMetrics, "enable-per-request-metrics", c.PerRequestMetrics, "add vLLM main's per-request timing object (\"metrics\") to non-streaming responses and to the final usage chunk of streams (main only)")
@@ -179,7 +179,7 @@ func run(args []string) int {
 		Server: simserver.Config{
 			PerRequestMetrics: cfg.PerRequestMetrics, EnablePromptTokensDetails: cfg.PromptTokensDetails,
 			EnableForceIncludeUsage: cfg.ForceIncludeUsage, EnableRequestIDHeaders: cfg.RequestIDHeaders, EmbeddingDim: cfg.EmbeddingDim,
-			SlowShare: cfg.SlowShare, SlowDelayS: cfg.SlowDelayS, DropShare: cfg.DropShare, Log: log,
+			SlowShare: cfg.SlowShare, SlowDelaySeconds: cfg.SlowDelaySeconds, DropShare: cfg.DropShare, Log: log,
 		},
 	}
 	if cfg.OTLPEndpoint != "" {

@@ -49,16 +49,16 @@ const (
 )
 
 type result struct {
-	Bench              string  `json:"bench"`
-	Events             int     `json:"events"`
-	EventBytes         int     `json:"event_bytes"`
-	RawJetStreamRowsS  float64 `json:"raw_jetstream_rows_s"`
-	RawClickHouseRowsS float64 `json:"raw_clickhouse_rows_s"`
-	BoundRowsS         float64 `json:"bound_rows_s"`
-	ConsumerRowsS      float64 `json:"consumer_rows_s"`
-	DrainRatio         float64 `json:"drain_ratio"`
-	PeakRSSMB          float64 `json:"peak_rss_mb"`
-	TargetsMet         bool    `json:"targets_met"`
+	Bench                      string  `json:"bench"`
+	Events                     int     `json:"events"`
+	EventBytes                 int     `json:"event_bytes"`
+	RawJetStreamRowsPerSecond  float64 `json:"raw_jetstream_rows_s"`
+	RawClickHouseRowsPerSecond float64 `json:"raw_clickhouse_rows_s"`
+	BoundRowsPerSecond         float64 `json:"bound_rows_s"`
+	ConsumerRowsPerSecond      float64 `json:"consumer_rows_s"`
+	DrainRatio                 float64 `json:"drain_ratio"`
+	PeakRSSMB                  float64 `json:"peak_rss_mb"`
+	TargetsMet                 bool    `json:"targets_met"`
 }
 
 func main() {
@@ -165,28 +165,28 @@ func run(ctx context.Context, log *slog.Logger, consumerBin string, n, batchRows
 	log.Info("pre-filled stream", "events", n, "event_bytes", res.EventBytes, "seconds", time.Since(start).Seconds())
 	res.Bench, res.Events = "consumer", n
 
-	if res.RawJetStreamRowsS, err = rawJetStream(ctx, js, topo, n); err != nil {
+	if res.RawJetStreamRowsPerSecond, err = rawJetStream(ctx, js, topo, n); err != nil {
 		return res, err
 	}
-	log.Info("(a) raw JetStream fetch+ack", "rows_s", int(res.RawJetStreamRowsS))
-	if res.RawClickHouseRowsS, err = rawClickHouse(ctx, rawDB, evs, batchRows); err != nil {
+	log.Info("(a) raw JetStream fetch+ack", "rows_s", int(res.RawJetStreamRowsPerSecond))
+	if res.RawClickHouseRowsPerSecond, err = rawClickHouse(ctx, rawDB, evs, batchRows); err != nil {
 		return res, err
 	}
-	log.Info("(b) raw ClickHouse insert", "rows_s", int(res.RawClickHouseRowsS))
+	log.Info("(b) raw ClickHouse insert", "rows_s", int(res.RawClickHouseRowsPerSecond))
 	evs = nil
 
 	var rss float64
-	if res.ConsumerRowsS, rss, err = consumerDrain(ctx, log, consumerBin, js, topo, natsCfg, consumerDB, n, batchRows); err != nil {
+	if res.ConsumerRowsPerSecond, rss, err = consumerDrain(ctx, log, consumerBin, js, topo, natsCfg, consumerDB, n, batchRows); err != nil {
 		return res, err
 	}
 	res.PeakRSSMB = rss
-	res.BoundRowsS = 1 / (1/res.RawJetStreamRowsS + 1/res.RawClickHouseRowsS)
-	res.DrainRatio = res.ConsumerRowsS / res.BoundRowsS
+	res.BoundRowsPerSecond = 1 / (1/res.RawJetStreamRowsPerSecond + 1/res.RawClickHouseRowsPerSecond)
+	res.DrainRatio = res.ConsumerRowsPerSecond / res.BoundRowsPerSecond
 	res.TargetsMet = res.DrainRatio >= targetDrainRatio && res.PeakRSSMB <= targetPeakRSSMB
-	fmt.Printf("(a) raw JetStream fetch+ack     %10.0f rows/s\n", res.RawJetStreamRowsS)
-	fmt.Printf("(b) raw ClickHouse insert       %10.0f rows/s\n", res.RawClickHouseRowsS)
-	fmt.Printf("    serial bound 1/(1/a+1/b)    %10.0f rows/s\n", res.BoundRowsS)
-	fmt.Printf("(c) consumer drain              %10.0f rows/s  (%.2f × bound, target ≥ %.1f)\n", res.ConsumerRowsS, res.DrainRatio, targetDrainRatio)
+	fmt.Printf("(a) raw JetStream fetch+ack     %10.0f rows/s\n", res.RawJetStreamRowsPerSecond)
+	fmt.Printf("(b) raw ClickHouse insert       %10.0f rows/s\n", res.RawClickHouseRowsPerSecond)
+	fmt.Printf("    serial bound 1/(1/a+1/b)    %10.0f rows/s\n", res.BoundRowsPerSecond)
+	fmt.Printf("(c) consumer drain              %10.0f rows/s  (%.2f × bound, target ≥ %.1f)\n", res.ConsumerRowsPerSecond, res.DrainRatio, targetDrainRatio)
 	fmt.Printf("    consumer peak RSS           %10.1f MB      (target ≤ %d)\n", res.PeakRSSMB, targetPeakRSSMB)
 	return res, nil
 }

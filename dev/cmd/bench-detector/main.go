@@ -55,13 +55,13 @@ func main() {
 type ruleResult struct {
 	// SmallRowsRead and LargeRowsRead are the rows ClickHouse read for one evaluation (its progress
 	// reports): equal counts show the window and baseline were pruned, not scanned.
-	SmallRowsRead uint64  `json:"small_rows_read"`
-	LargeRowsRead uint64  `json:"large_rows_read"`
-	SmallMS       float64 `json:"small_ms"`
-	LargeMS       float64 `json:"large_ms"`
-	SmallMedianMS float64 `json:"small_median_ms"`
-	LargeMedianMS float64 `json:"large_median_ms"`
-	Ratio         float64 `json:"ratio"`
+	SmallRowsRead           uint64  `json:"small_rows_read"`
+	LargeRowsRead           uint64  `json:"large_rows_read"`
+	SmallMilliseconds       float64 `json:"small_ms"`
+	LargeMilliseconds       float64 `json:"large_ms"`
+	SmallMedianMilliseconds float64 `json:"small_median_ms"`
+	LargeMedianMilliseconds float64 `json:"large_median_ms"`
+	Ratio                   float64 `json:"ratio"`
 }
 
 type result struct {
@@ -160,14 +160,14 @@ func run(log *slog.Logger) (bool, error) {
 			return false, err
 		}
 		rr := &ruleResult{SmallRowsRead: smallRows, LargeRowsRead: largeRows,
-			SmallMS: sm[0], SmallMedianMS: sm[len(sm)/2], LargeMS: lg[0], LargeMedianMS: lg[len(lg)/2]}
+			SmallMilliseconds: sm[0], SmallMedianMilliseconds: sm[len(sm)/2], LargeMilliseconds: lg[0], LargeMedianMilliseconds: lg[len(lg)/2]}
 		res.Rules[d.Name] = rr
 		log.Info("rule timed", "rule", d.Name, "small_rows_read", smallRows, "large_rows_read", largeRows,
-			"small_fastest_ms", rr.SmallMS, "large_fastest_ms", rr.LargeMS,
-			"small_median_ms", rr.SmallMedianMS, "large_median_ms", rr.LargeMedianMS)
+			"small_fastest_ms", rr.SmallMilliseconds, "large_fastest_ms", rr.LargeMilliseconds,
+			"small_median_ms", rr.SmallMedianMilliseconds, "large_median_ms", rr.LargeMedianMilliseconds)
 	}
 	for name, rr := range res.Rules {
-		rr.Ratio = round(rr.LargeMS / rr.SmallMS)
+		rr.Ratio = round(rr.LargeMilliseconds / rr.SmallMilliseconds)
 		if rr.SmallRowsRead > 0 {
 			res.RowsReadRatio = max(res.RowsReadRatio, round(float64(rr.LargeRowsRead)/float64(rr.SmallRowsRead)))
 		}
@@ -184,7 +184,7 @@ func run(log *slog.Logger) (bool, error) {
 	for _, n := range names {
 		rr := res.Rules[n]
 		fmt.Fprintf(os.Stderr, "%-26s %8.1f ms (1M) %8.1f ms (10M)  ratio %.2f  rows read %d / %d\n",
-			n, rr.SmallMS, rr.LargeMS, rr.Ratio, rr.SmallRowsRead, rr.LargeRowsRead)
+			n, rr.SmallMilliseconds, rr.LargeMilliseconds, rr.Ratio, rr.SmallRowsRead, rr.LargeRowsRead)
 	}
 	out, err := json.Marshal(res)
 	if err != nil {

@@ -179,7 +179,7 @@ func TestCollectorEndToEnd(t *testing.T) {
 	if len(spans) != 4 {
 		t.Fatalf("%d spans, want 2 over HTTP and 2 over gRPC", len(spans))
 	}
-	if sp := spans[0].(*schema.EngineSpan); sp.RequestID != "2Z1xq8TnUe3RvI6hHbWzX9yA0kQ" || *sp.QueueS != 0.472 {
+	if sp := spans[0].(*schema.EngineSpan); sp.RequestID != "2Z1xq8TnUe3RvI6hHbWzX9yA0kQ" || *sp.QueueSeconds != 0.472 {
 		t.Errorf("span: %+v", sp)
 	}
 	logs := got[schema.KindEngineLog]

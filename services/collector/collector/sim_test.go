@@ -204,10 +204,10 @@ func TestSimOverload(t *testing.T) {
 			t.Errorf("span request id %q (engine id %q) is none of the X-Request-Ids sent", sp.RequestID, sp.EngineRequestID)
 		}
 		delete(ids, sp.RequestID)
-		if sp.QueueS != nil && *sp.QueueS > 0 {
+		if sp.QueueSeconds != nil && *sp.QueueSeconds > 0 {
 			queued++
 		}
-		if sp.CompletionTokens == nil || *sp.CompletionTokens != 200 || sp.E2ES == nil || sp.DecodeS == nil {
+		if sp.CompletionTokens == nil || *sp.CompletionTokens != 200 || sp.E2ESeconds == nil || sp.DecodeSeconds == nil {
 			t.Errorf("span %+v", sp)
 		}
 	}
@@ -329,7 +329,7 @@ func TestSimWindowAveragesInClickHouse(t *testing.T) {
 	mean := map[string]float64{}
 	for _, e := range spans {
 		sp := e.(*schema.EngineSpan)
-		for name, v := range map[string]*float64{"queue_s": sp.QueueS, "prefill_s": sp.PrefillS, "ttft_s": sp.TTFTS, "decode_s": sp.DecodeS, "e2e_s": sp.E2ES} {
+		for name, v := range map[string]*float64{"queue_s": sp.QueueSeconds, "prefill_s": sp.PrefillSeconds, "ttft_s": sp.TTFTSeconds, "decode_s": sp.DecodeSeconds, "e2e_s": sp.E2ESeconds} {
 			mean[name] += *v / n
 		}
 		mean["prompt_tokens"] += float64(*sp.PromptTokens) / n
@@ -340,16 +340,16 @@ func TestSimWindowAveragesInClickHouse(t *testing.T) {
 		"from": from.Format("2006-01-02 15:04:05.000000"), "to": to.Format("2006-01-02 15:04:05.000000"),
 	}))
 	var row struct {
-		Requests   *float64 `ch:"requests"`
-		QueueS     *float64 `ch:"queue_s"`
-		PrefillS   *float64 `ch:"prefill_s"`
-		TTFTS      *float64 `ch:"ttft_s"`
-		DecodeS    *float64 `ch:"decode_s"`
-		E2ES       *float64 `ch:"e2e_s"`
-		Prompt     *float64 `ch:"prompt_tokens"`
-		Generation *float64 `ch:"generation_tokens"`
-		MaxRunning *float64 `ch:"max_running"`
-		MaxWaiting *float64 `ch:"max_waiting"`
+		Requests       *float64 `ch:"requests"`
+		QueueSeconds   *float64 `ch:"queue_s"`
+		PrefillSeconds *float64 `ch:"prefill_s"`
+		TTFTSeconds    *float64 `ch:"ttft_s"`
+		DecodeSeconds  *float64 `ch:"decode_s"`
+		E2ESeconds     *float64 `ch:"e2e_s"`
+		Prompt         *float64 `ch:"prompt_tokens"`
+		Generation     *float64 `ch:"generation_tokens"`
+		MaxRunning     *float64 `ch:"max_running"`
+		MaxWaiting     *float64 `ch:"max_waiting"`
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -366,8 +366,8 @@ func TestSimWindowAveragesInClickHouse(t *testing.T) {
 	if *row.MaxRunning != 16 || *row.MaxWaiting == 0 {
 		t.Errorf("max running %g (want the 16 slots), max waiting %g (want > 0)", *row.MaxRunning, *row.MaxWaiting)
 	}
-	for name, got := range map[string]*float64{"queue_s": row.QueueS, "prefill_s": row.PrefillS, "ttft_s": row.TTFTS, "decode_s": row.DecodeS,
-		"e2e_s": row.E2ES, "prompt_tokens": row.Prompt, "generation_tokens": row.Generation} {
+	for name, got := range map[string]*float64{"queue_s": row.QueueSeconds, "prefill_s": row.PrefillSeconds, "ttft_s": row.TTFTSeconds, "decode_s": row.DecodeSeconds,
+		"e2e_s": row.E2ESeconds, "prompt_tokens": row.Prompt, "generation_tokens": row.Generation} {
 		want := mean[name]
 		if got == nil || math.Abs(*got-want) > 0.1*want {
 			t.Errorf("%s: window average %v, span mean %g (want within 10%%)", name, deref(got), want)

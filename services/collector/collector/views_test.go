@@ -60,22 +60,22 @@ func insertSamples(t *testing.T, conn driver.Conn, base time.Time, rows []sample
 func f(v float64) *float64 { return &v }
 
 type windowRow struct {
-	Engine        string   `ch:"engine"`
-	Requests      *float64 `ch:"requests"`
-	QueueS        *float64 `ch:"queue_s"`
-	PrefillS      *float64 `ch:"prefill_s"`
-	TTFTS         *float64 `ch:"ttft_s"`
-	ITLS          *float64 `ch:"itl_s"`
-	DecodeS       *float64 `ch:"decode_s"`
-	E2ES          *float64 `ch:"e2e_s"`
-	PromptTokens  *float64 `ch:"prompt_tokens"`
-	GenTokens     *float64 `ch:"generation_tokens"`
-	Restarts      uint32   `ch:"restarts"`
-	MaxRunning    *float64 `ch:"max_running"`
-	Samples       uint64   `ch:"samples"`
-	FailedScrapes uint64   `ch:"failed_scrapes"`
-	MaxKV         *float64 `ch:"max_kv_cache_usage_perc"`
-	MaxWaiting    *float64 `ch:"max_waiting"`
+	Engine         string   `ch:"engine"`
+	Requests       *float64 `ch:"requests"`
+	QueueSeconds   *float64 `ch:"queue_s"`
+	PrefillSeconds *float64 `ch:"prefill_s"`
+	TTFTSeconds    *float64 `ch:"ttft_s"`
+	ITLSeconds     *float64 `ch:"itl_s"`
+	DecodeSeconds  *float64 `ch:"decode_s"`
+	E2ESeconds     *float64 `ch:"e2e_s"`
+	PromptTokens   *float64 `ch:"prompt_tokens"`
+	GenTokens      *float64 `ch:"generation_tokens"`
+	Restarts       uint32   `ch:"restarts"`
+	MaxRunning     *float64 `ch:"max_running"`
+	Samples        uint64   `ch:"samples"`
+	FailedScrapes  uint64   `ch:"failed_scrapes"`
+	MaxKV          *float64 `ch:"max_kv_cache_usage_perc"`
+	MaxWaiting     *float64 `ch:"max_waiting"`
 }
 
 // TestEngineViews checks the migration 000003 views against real ClickHouse with rows inserted
@@ -144,23 +144,23 @@ func TestEngineViews(t *testing.T) {
 	}
 	// a: increases 20, then 5 across the restart (the new value itself), then 20.
 	approx("a requests", a.Requests, 45)
-	approx("a e2e_s", a.E2ES, 110.0/45)
+	approx("a e2e_s", a.E2ESeconds, 110.0/45)
 	if a.Restarts != 1 || a.FailedScrapes != 1 || a.Samples != 4 {
 		t.Errorf("a restarts %d failed %d samples %d, want 1, 1, 4 (the duplicate row counted once)", a.Restarts, a.FailedScrapes, a.Samples)
 	}
 	approx("a max_running", a.MaxRunning, 40)
-	if a.QueueS != nil {
-		t.Errorf("a queue_s %v, want NULL (no such histogram)", *a.QueueS)
+	if a.QueueSeconds != nil {
+		t.Errorf("a queue_s %v, want NULL (no such histogram)", *a.QueueSeconds)
 	}
 	// c: the window [10 s, 40 s] starts from the sample at 5 s and ends at the one at 35 s:
 	// three intervals of 10 requests.
 	approx("c requests", c.Requests, 30)
-	for name, want := range map[string]*float64{"request_queue_time_seconds": c.QueueS, "request_prefill_time_seconds": c.PrefillS,
-		"time_to_first_token_seconds": c.TTFTS, "request_decode_time_seconds": c.DecodeS, e2e: c.E2ES,
+	for name, want := range map[string]*float64{"request_queue_time_seconds": c.QueueSeconds, "request_prefill_time_seconds": c.PrefillSeconds,
+		"time_to_first_token_seconds": c.TTFTSeconds, "request_decode_time_seconds": c.DecodeSeconds, e2e: c.E2ESeconds,
 		"request_prompt_tokens": c.PromptTokens, "request_generation_tokens": c.GenTokens} {
 		approx("c "+name, want, means[name])
 	}
-	approx("c itl_s", c.ITLS, 0.147)
+	approx("c itl_s", c.ITLSeconds, 0.147)
 	approx("c max_running", c.MaxRunning, 256)
 	approx("c max_kv", c.MaxKV, 0.25)
 

@@ -118,19 +118,19 @@ func TestConvertFields(t *testing.T) {
 		{"trace_id", e.TraceID, "4bf92f3577b34da6a3ce929d0e0e4736"},
 		{"span_id", e.SpanID, "00f067aa0ba902b7"},
 		{"engine", e.Engine, "fallback-engine"},
-		{"queue_s", *e.QueueS, 0.472},
-		{"prefill_s", *e.PrefillS, 0.288},
-		{"decode_s", *e.DecodeS, 18.61},
-		{"inference_s", *e.InferenceS, 18.898},
-		{"ttft_s", *e.TTFTS, 0.853},
-		{"e2e_s", *e.E2ES, 19.46},
+		{"queue_s", *e.QueueSeconds, 0.472},
+		{"prefill_s", *e.PrefillSeconds, 0.288},
+		{"decode_s", *e.DecodeSeconds, 18.61},
+		{"inference_s", *e.InferenceSeconds, 18.898},
+		{"ttft_s", *e.TTFTSeconds, 0.853},
+		{"e2e_s", *e.E2ESeconds, 19.46},
 		{"prompt_tokens", *e.PromptTokens, uint32(44)},
 		{"completion_tokens", *e.CompletionTokens, uint32(128)},
 		{"max_tokens", *e.MaxTokens, uint32(128)},
 		{"ts", e.TS, time.Unix(1757606011, 460000000).UTC()},
 		{"start_ts", e.StartTS, time.Unix(1757605992, 0).UTC()},
 		{"second request_id", evs[1].RequestID, "req-42"},
-		{"second has no queue", evs[1].QueueS == nil, true},
+		{"second has no queue", evs[1].QueueSeconds == nil, true},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -167,8 +167,8 @@ func TestFutureSpanMovedToArrival(t *testing.T) {
 		t.Fatalf("%d events", len(evs))
 	}
 	e := evs[0]
-	if !e.TS.Equal(arrival) || e.TS.Sub(e.StartTS) != 19460*time.Millisecond || *e.E2ES != 19.46 {
-		t.Errorf("ts %s start %s e2e %v; want the span moved to end at %s, its duration kept", e.TS, e.StartTS, *e.E2ES, arrival)
+	if !e.TS.Equal(arrival) || e.TS.Sub(e.StartTS) != 19460*time.Millisecond || *e.E2ESeconds != 19.46 {
+		t.Errorf("ts %s start %s e2e %v; want the span moved to end at %s, its duration kept", e.TS, e.StartTS, *e.E2ESeconds, arrival)
 	}
 }
 

@@ -198,16 +198,16 @@ func TestVLLMRequestSpans(t *testing.T) {
 					if got := idx(e.ChildIndex); got != wantChild {
 						t.Errorf("child %d (%s): child_index %d, want %d", i, k.engineID, got, wantChild)
 					}
-					if *e.QueueS != k.queue || *e.TTFTS != k.ttft || *e.E2ES != k.e2e ||
+					if *e.QueueSeconds != k.queue || *e.TTFTSeconds != k.ttft || *e.E2ESeconds != k.e2e ||
 						*e.PromptTokens != uint32(k.prompt) || *e.CompletionTokens != uint32(k.completion) {
 						t.Errorf("child %d: numbers %+v, want %+v", i, e, k)
 					}
 					if v == v08 {
-						if e.PrefillS != nil || e.DecodeS != nil || e.Model != "/models/Qwen2.5-7B-Instruct-AWQ" {
-							t.Errorf("V0 span: prefill %v decode %v model %q", e.PrefillS, e.DecodeS, e.Model)
+						if e.PrefillSeconds != nil || e.DecodeSeconds != nil || e.Model != "/models/Qwen2.5-7B-Instruct-AWQ" {
+							t.Errorf("V0 span: prefill %v decode %v model %q", e.PrefillSeconds, e.DecodeSeconds, e.Model)
 						}
-					} else if e.PrefillS == nil || *e.DecodeS != k.decode || e.Model != "" {
-						t.Errorf("V1 span: prefill %v decode %v model %q", e.PrefillS, e.DecodeS, e.Model)
+					} else if e.PrefillSeconds == nil || *e.DecodeSeconds != k.decode || e.Model != "" {
+						t.Errorf("V1 span: prefill %v decode %v model %q", e.PrefillSeconds, e.DecodeSeconds, e.Model)
 					}
 					wantFinish := ""
 					if v == vMain {

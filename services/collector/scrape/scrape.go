@@ -183,7 +183,7 @@ func (s *Scraper) Scrape(ctx context.Context, t Target) []*schema.EngineSample {
 		s.scrapes.WithLabelValues(t.name(), "error").Inc()
 		s.up.WithLabelValues(t.name()).Set(0)
 		ev := schema.NewEngineSample(t.name(), start)
-		ev.ScrapeDurationS = &dur
+		ev.ScrapeDurationSeconds = &dur
 		ev.ScrapeError = schema.Truncate(strings.ToValidUTF8(err.Error(), "\uFFFD"), 8192)
 		return []*schema.EngineSample{ev}
 	}
@@ -198,7 +198,7 @@ func (s *Scraper) Scrape(ctx context.Context, t Target) []*schema.EngineSample {
 		}
 		ev := schema.NewEngineSample(name, start)
 		ev.Up = true
-		ev.ScrapeDurationS = &dur
+		ev.ScrapeDurationSeconds = &dur
 		ev.Model = schema.Truncate(em.Model, 256)
 		ev.NumRequestsRunning = nonNegative(em.Running)
 		ev.NumRequestsWaiting = nonNegative(em.Waiting)
@@ -210,7 +210,7 @@ func (s *Scraper) Scrape(ctx context.Context, t Target) []*schema.EngineSample {
 		// A server that answered without any vLLM metric is up but says nothing; record it.
 		ev := schema.NewEngineSample(t.name(), start)
 		ev.Up = true
-		ev.ScrapeDurationS = &dur
+		ev.ScrapeDurationSeconds = &dur
 		out = append(out, ev)
 	}
 	return out

@@ -88,8 +88,8 @@ func TestScrapeOK(t *testing.T) {
 	if h := e.Histograms["inter_token_latency_seconds"]; h.Count != 400 {
 		t.Errorf("inter-token histogram %+v", h)
 	}
-	if e.ScrapeDurationS == nil || *e.ScrapeDurationS <= 0 {
-		t.Errorf("scrape duration %v", e.ScrapeDurationS)
+	if e.ScrapeDurationSeconds == nil || *e.ScrapeDurationSeconds <= 0 {
+		t.Errorf("scrape duration %v", e.ScrapeDurationSeconds)
 	}
 }
 

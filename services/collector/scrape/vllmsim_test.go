@@ -20,7 +20,7 @@ func TestScrapeVLLMSimEveryRelease(t *testing.T) {
 			g := engine.Gauges{Running: 193, Waiting: 7, KVCacheUsage: 0.159}
 			m := simmetrics.NewRelease("Qwen/Qwen2.5-7B-Instruct-AWQ", 4096, func() engine.Gauges { return g }, rel)
 			m.PrefixCache(160, 64)
-			m.StepDone(engine.StepStats{ScheduledTokens: 193, GenerationTokens: 193, InterTokenS: []float64{0.02, 0.03}})
+			m.StepDone(engine.StepStats{ScheduledTokens: 193, GenerationTokens: 193, InterTokenSeconds: []float64{0.02, 0.03}})
 			srv := httptest.NewServer(m.Handler())
 			defer srv.Close()
 			s, err := New(nil, &collected{}, Config{})

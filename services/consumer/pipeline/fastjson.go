@@ -320,28 +320,28 @@ func fastRequestFinished(text string) (*schema.RequestFinished, bool) {
 		case "error_message":
 			return setString(&e.ErrorMessage, v)
 		case "ttft_s":
-			return setFloatPtr(&e.TTFTS, v)
+			return setFloatPtr(&e.TTFTSeconds, v)
 		case "tpot_s":
-			return setFloatPtr(&e.TPOTS, v)
+			return setFloatPtr(&e.TPOTSeconds, v)
 		case "e2e_s":
-			return setFloatPtr(&e.E2ES, v)
+			return setFloatPtr(&e.E2ESeconds, v)
 		case "queue_s":
-			return setFloatPtr(&e.QueueS, v)
+			return setFloatPtr(&e.QueueSeconds, v)
 		case "prefill_s":
-			return setFloatPtr(&e.PrefillS, v)
+			return setFloatPtr(&e.PrefillSeconds, v)
 		case "decode_s":
-			return setFloatPtr(&e.DecodeS, v)
+			return setFloatPtr(&e.DecodeSeconds, v)
 		case "scheduled_to_first_token_s":
-			return setFloatPtr(&e.ScheduledToFirstTokenS, v)
+			return setFloatPtr(&e.ScheduledToFirstTokenSeconds, v)
 		case "engine_ttft_s":
 			// The field's name before 0.2; the current name wins when an event has both.
-			if e.ScheduledToFirstTokenS != nil {
+			if e.ScheduledToFirstTokenSeconds != nil {
 				var ignored *float64
 				return setFloatPtr(&ignored, v)
 			}
-			return setFloatPtr(&e.ScheduledToFirstTokenS, v)
+			return setFloatPtr(&e.ScheduledToFirstTokenSeconds, v)
 		case "engine_itl_s":
-			return setFloatPtr(&e.EngineITLS, v)
+			return setFloatPtr(&e.EngineITLSeconds, v)
 		case "prompt_tokens":
 			return setUint32Ptr(&e.PromptTokens, v)
 		case "completion_tokens":

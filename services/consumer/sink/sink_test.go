@@ -104,8 +104,8 @@ func TestInsertEventsEveryKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := eventgen.RequestFinished(1, base)
-	if ttft == nil || *ttft != *want.TTFTS || tpot != nil || status != 200 || !finished.Equal(want.FinishedTS) {
-		t.Errorf("requests row: ttft=%v tpot=%v status=%d finished=%s, want ttft=%v tpot=NULL status=200 finished=%s", ttft, tpot, status, finished, *want.TTFTS, want.FinishedTS)
+	if ttft == nil || *ttft != *want.TTFTSeconds || tpot != nil || status != 200 || !finished.Equal(want.FinishedTS) {
+		t.Errorf("requests row: ttft=%v tpot=%v status=%d finished=%s, want ttft=%v tpot=NULL status=200 finished=%s", ttft, tpot, status, finished, *want.TTFTSeconds, want.FinishedTS)
 	}
 	var ids []string
 	var scores []float64

@@ -112,8 +112,8 @@ func tableDefs() map[schema.Kind]*table {
 				}
 				return append(dst,
 					e.EventID, e.RequestID, e.TS, e.ArrivalTS, e.FinishedTS, e.Model, e.Endpoint, e.Stream,
-					e.StatusCode, e.ErrorLayer, e.ErrorCode, e.ErrorMessage, e.QueueS, e.PrefillS,
-					e.DecodeS, e.TTFTS, e.TPOTS, e.E2ES, e.ScheduledToFirstTokenS, e.EngineITLS, e.PromptTokens,
+					e.StatusCode, e.ErrorLayer, e.ErrorCode, e.ErrorMessage, e.QueueSeconds, e.PrefillSeconds,
+					e.DecodeSeconds, e.TTFTSeconds, e.TPOTSeconds, e.E2ESeconds, e.ScheduledToFirstTokenSeconds, e.EngineITLSeconds, e.PromptTokens,
 					e.CompletionTokens, e.CachedTokens, e.TokensEstimated, e.FinishReason, finishReasons,
 					e.ResponseID, e.MaxTokens, e.OutputForeignChars, e.OutputScriptViolation, e.App,
 					e.PromptVersion, e.ConfigVersion, e.IndexVersion, e.EmbeddingModelVersion, e.TraceID,
@@ -140,7 +140,7 @@ func tableDefs() map[schema.Kind]*table {
 				}
 				return append(dst,
 					e.EventID, e.RequestID, e.TS, e.App, e.Model, ids, scores,
-					sources, e.RetrievalTopScore, e.RetrievalS, e.EmbeddingModelVersion,
+					sources, e.RetrievalTopScore, e.RetrievalSeconds, e.EmbeddingModelVersion,
 					e.IndexVersion, e.PromptVersion, e.ConfigVersion, e.CacheHit, e.CacheKind,
 					e.CitationCount, e.CitationsMissing, e.OutputForeignChars, e.OutputScriptViolation,
 					e.ErrorLayer, e.ErrorMessage,
@@ -168,7 +168,7 @@ func tableDefs() map[schema.Kind]*table {
 					buckets[name] = bs
 				}
 				return append(dst,
-					e.EventID, e.TS, e.Engine, e.Model, e.Up, e.ScrapeError, e.ScrapeDurationS,
+					e.EventID, e.TS, e.Engine, e.Model, e.Up, e.ScrapeError, e.ScrapeDurationSeconds,
 					e.NumRequestsRunning, e.NumRequestsWaiting, e.KVCacheUsagePerc, strMap(e.Gauges),
 					strMap(e.Counters), sums, counts, buckets,
 				)
@@ -186,8 +186,8 @@ func tableDefs() map[schema.Kind]*table {
 				e := ev.(*schema.EngineSpan)
 				return append(dst,
 					e.EventID, e.RequestID, e.EngineRequestID, e.PromptIndex, e.ChildIndex, e.TraceID,
-					e.SpanID, e.TS, nullTime(e.StartTS), e.Engine, e.Model, e.QueueS, e.PrefillS, e.DecodeS,
-					e.InferenceS, e.TTFTS, e.E2ES, e.PromptTokens, e.CompletionTokens, e.FinishReason,
+					e.SpanID, e.TS, nullTime(e.StartTS), e.Engine, e.Model, e.QueueSeconds, e.PrefillSeconds, e.DecodeSeconds,
+					e.InferenceSeconds, e.TTFTSeconds, e.E2ESeconds, e.PromptTokens, e.CompletionTokens, e.FinishReason,
 					e.MaxTokens, e.Temperature, e.TopP, e.N,
 				)
 			},

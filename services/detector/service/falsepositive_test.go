@@ -79,7 +79,7 @@ func TestLongTailInAQuietWindowDoesNotPage(t *testing.T) {
 func cutAtMaxTokens(tr *synth.Traffic, i int) {
 	f := tr.Finished[i]
 	tokens, e2e := *f.MaxTokens, 0.05+0.016*float64(*f.MaxTokens-1)
-	f.CompletionTokens, f.FinishReason, f.E2ES = &tokens, "length", &e2e
+	f.CompletionTokens, f.FinishReason, f.E2ESeconds = &tokens, "length", &e2e
 	f.FinishedTS = f.ArrivalTS.Add(time.Duration(e2e * float64(time.Second)))
 	f.TS = f.FinishedTS
 }

@@ -185,7 +185,7 @@ func FuzzProxyStream(f *testing.F) {
 			if !slices.Equal(fin.FinishReasons, c.stream.Finish) || fin.FinishReason != c.stream.Finish[0] {
 				t.Fatalf("finish reasons %q (%q), want %q", fin.FinishReasons, fin.FinishReason, c.stream.Finish)
 			}
-			if fin.TTFTS == nil {
+			if fin.TTFTSeconds == nil {
 				t.Fatal("no TTFT for a stream with output")
 			}
 		}

@@ -642,7 +642,7 @@ func (x *exchange) finished() *schema.RequestFinished {
 	e.Upstream = limit(x.up.name, schema.MaxURLBytes)
 	e.Gateway = limit(x.h.opt.Gateway, schema.MaxLabelBytes)
 	e2e := x.end.Sub(x.arrival).Seconds()
-	e.E2ES = &e2e
+	e.E2ESeconds = &e2e
 	e.Model = limit(x.req.Model, schema.MaxLabelBytes)
 	if f := x.fail; f != nil {
 		e.ErrorLayer, e.ErrorCode, e.ErrorMessage = f.layer, limit(f.code, schema.MaxLabelBytes), limit(f.msg, schema.MaxMessageBytes)
@@ -668,10 +668,10 @@ func (x *exchange) finished() *schema.RequestFinished {
 		}
 		e.FinishReasons = rs
 	}
-	e.QueueS, e.ScheduledToFirstTokenS, e.DecodeS, e.EngineITLS = o.QueueS, o.ScheduledToFirstTokenS, o.DecodeS, o.EngineITLS
+	e.QueueSeconds, e.ScheduledToFirstTokenSeconds, e.DecodeSeconds, e.EngineITLSeconds = o.QueueSeconds, o.ScheduledToFirstTokenSeconds, o.DecodeSeconds, o.EngineITLSeconds
 	if x.stream && !o.FirstOutput().IsZero() {
 		ttft := o.FirstOutput().Sub(x.arrival).Seconds()
-		e.TTFTS = &ttft
+		e.TTFTSeconds = &ttft
 	}
 	e.PromptTokens, e.CompletionTokens, e.CachedTokens = o.PromptTokens, o.CompletionTokens, o.CachedTokens
 	if o.Usage && e.CachedTokens == nil && x.h.opt.PromptTokensDetails && (x.ep == record.Chat || x.ep == record.Completions) {
@@ -687,7 +687,7 @@ func (x *exchange) finished() *schema.RequestFinished {
 	}
 	if x.stream && e.CompletionTokens != nil {
 		if tpot, ok := o.TPOT(*e.CompletionTokens); ok {
-			e.TPOTS = &tpot
+			e.TPOTSeconds = &tpot
 		}
 	}
 	if x.h.opt.Script != nil && o.ContentBytes > 0 {

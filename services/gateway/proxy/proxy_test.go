@@ -400,12 +400,12 @@ func TestResponsesAndEmbeddingsRecorded(t *testing.T) {
 		t.Fatalf("responses record %+v", fin)
 	}
 	// The first delta is the fourth event, at least three reads after arrival.
-	if fin.TTFTS == nil || *fin.TTFTS < (6*time.Millisecond).Seconds() || fin.TPOTS == nil {
-		t.Fatalf("responses TTFT %v TPOT %v", fin.TTFTS, fin.TPOTS)
+	if fin.TTFTSeconds == nil || *fin.TTFTSeconds < (6*time.Millisecond).Seconds() || fin.TPOTSeconds == nil {
+		t.Fatalf("responses TTFT %v TPOT %v", fin.TTFTSeconds, fin.TPOTSeconds)
 	}
 	emb := pub2.finished(t, "emb")
 	if emb.Endpoint != "/v1/embeddings" || emb.ResponseID != "embd-2Iq3zZNkYd3wBpRc6Z6pW0Y1yTd" || *emb.PromptTokens != 9 || *emb.CompletionTokens != 0 ||
-		emb.TTFTS != nil || emb.TokensEstimated || emb.Model != "BAAI/bge-small-en-v1.5" {
+		emb.TTFTSeconds != nil || emb.TokensEstimated || emb.Model != "BAAI/bge-small-en-v1.5" {
 		t.Fatalf("embeddings record %+v", emb)
 	}
 }

@@ -24,7 +24,7 @@ type Response struct {
 	// The engine's per-request timing object `metrics` (vLLM main with
 	// --enable-per-request-metrics: queue_time_ms, time_to_first_token_ms (from scheduling),
 	// generation_time_ms, mean_itl_ms), in seconds.
-	QueueS, ScheduledToFirstTokenS, DecodeS, EngineITLS *float64
+	QueueSeconds, ScheduledToFirstTokenSeconds, DecodeSeconds, EngineITLSeconds *float64
 	// Error is set when the body or a stream event was an error, in any shape vLLM used (see
 	// EngineError).
 	Error *EngineError
@@ -615,13 +615,13 @@ func (o *Observer) metrics(v []byte) {
 	objectEach(v, func(k, f []byte) bool {
 		switch string(k) {
 		case "queue_time_ms":
-			o.QueueS = msToS(f)
+			o.QueueSeconds = msToS(f)
 		case "time_to_first_token_ms":
-			o.ScheduledToFirstTokenS = msToS(f)
+			o.ScheduledToFirstTokenSeconds = msToS(f)
 		case "generation_time_ms":
-			o.DecodeS = msToS(f)
+			o.DecodeSeconds = msToS(f)
 		case "mean_itl_ms":
-			o.EngineITLS = msToS(f)
+			o.EngineITLSeconds = msToS(f)
 		}
 		return true
 	})

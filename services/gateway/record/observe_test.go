@@ -128,8 +128,8 @@ func TestObserverStreams(t *testing.T) {
 				if (o.Error == nil) != (tc.errType == "") || (o.Error != nil && (o.Error.Type != tc.errType || o.Error.Message != tc.errMsg)) {
 					t.Fatalf("error %+v, want %q %q", o.Error, tc.errType, tc.errMsg)
 				}
-				if tc.scheduled != 0 && (o.ScheduledToFirstTokenS == nil || *o.ScheduledToFirstTokenS != tc.scheduled) {
-					t.Fatalf("scheduled to first token %v, want %v", o.ScheduledToFirstTokenS, tc.scheduled)
+				if tc.scheduled != 0 && (o.ScheduledToFirstTokenSeconds == nil || *o.ScheduledToFirstTokenSeconds != tc.scheduled) {
+					t.Fatalf("scheduled to first token %v, want %v", o.ScheduledToFirstTokenSeconds, tc.scheduled)
 				}
 				if !o.Terminal {
 					t.Fatal("the stream's last event was not seen")
@@ -251,16 +251,16 @@ func TestObserverTimingObject(t *testing.T) {
 	o := NewObserver(ObserverOptions{Endpoint: Completions})
 	o.Body([]byte(body))
 	o.BodyEnd()
-	if o.QueueS == nil || *o.QueueS != 0.812 || o.ScheduledToFirstTokenS == nil || *o.ScheduledToFirstTokenS != 0.025 ||
-		o.DecodeS == nil || *o.DecodeS != 0.1805 || o.EngineITLS != nil {
-		t.Fatalf("queue %v scheduled→first %v decode %v itl %v", o.QueueS, o.ScheduledToFirstTokenS, o.DecodeS, o.EngineITLS)
+	if o.QueueSeconds == nil || *o.QueueSeconds != 0.812 || o.ScheduledToFirstTokenSeconds == nil || *o.ScheduledToFirstTokenSeconds != 0.025 ||
+		o.DecodeSeconds == nil || *o.DecodeSeconds != 0.1805 || o.EngineITLSeconds != nil {
+		t.Fatalf("queue %v scheduled→first %v decode %v itl %v", o.QueueSeconds, o.ScheduledToFirstTokenSeconds, o.DecodeSeconds, o.EngineITLSeconds)
 	}
 	null := strings.Replace(body, body[strings.Index(body, `"metrics":`):len(body)-1], `"metrics":null`, 1)
 	o = NewObserver(ObserverOptions{Endpoint: Completions})
 	o.Body([]byte(null))
 	o.BodyEnd()
-	if o.QueueS != nil || o.ScheduledToFirstTokenS != nil || !eqU(o.CompletionTokens, u(1)) {
-		t.Fatalf("metrics null: queue %v scheduled %v completion %v", o.QueueS, o.ScheduledToFirstTokenS, p(o.CompletionTokens))
+	if o.QueueSeconds != nil || o.ScheduledToFirstTokenSeconds != nil || !eqU(o.CompletionTokens, u(1)) {
+		t.Fatalf("metrics null: queue %v scheduled %v completion %v", o.QueueSeconds, o.ScheduledToFirstTokenSeconds, p(o.CompletionTokens))
 	}
 }
 

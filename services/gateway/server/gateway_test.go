@@ -83,23 +83,23 @@ func TestOpenAISDKStreamingAndNonStreamingRecords(t *testing.T) {
 			t.Fatalf("tokens: prompt %v completion %v", fin.PromptTokens, fin.CompletionTokens)
 		}
 		engineTTFT, ok := engine.TTFT(rid)
-		if !ok || fin.TTFTS == nil {
-			t.Fatalf("ttft: engine %v (%v), gateway %v", engineTTFT, ok, fin.TTFTS)
+		if !ok || fin.TTFTSeconds == nil {
+			t.Fatalf("ttft: engine %v (%v), gateway %v", engineTTFT, ok, fin.TTFTSeconds)
 		}
-		gwTTFT := time.Duration(*fin.TTFTS * float64(time.Second))
+		gwTTFT := time.Duration(*fin.TTFTSeconds * float64(time.Second))
 		// The gateway's clock starts after the client's and stops before the client sees the chunk,
 		// and it starts before the engine's and stops after the engine wrote the chunk.
 		if gwTTFT < engineTTFT || gwTTFT > clientTTFT || gwTTFT > engineTTFT+ttftSlack {
 			t.Fatalf("gateway TTFT %v: want engine's %v ≤ it ≤ client's %v, and within %v of the engine's", gwTTFT, engineTTFT, clientTTFT, ttftSlack)
 		}
-		if fin.TPOTS == nil || *fin.TPOTS < 0.005 || *fin.TPOTS > 0.05 {
-			t.Fatalf("TPOT %v, want about %v", fin.TPOTS, tokenDelay)
+		if fin.TPOTSeconds == nil || *fin.TPOTSeconds < 0.005 || *fin.TPOTSeconds > 0.05 {
+			t.Fatalf("TPOT %v, want about %v", fin.TPOTSeconds, tokenDelay)
 		}
-		if fin.E2ES == nil || *fin.E2ES < *fin.TTFTS {
-			t.Fatalf("E2E %v < TTFT %v", fin.E2ES, fin.TTFTS)
+		if fin.E2ESeconds == nil || *fin.E2ESeconds < *fin.TTFTSeconds {
+			t.Fatalf("E2E %v < TTFT %v", fin.E2ESeconds, fin.TTFTSeconds)
 		}
-		if fin.ScheduledToFirstTokenS == nil || *fin.ScheduledToFirstTokenS != firstTokenDelay.Seconds() || fin.QueueS == nil || fin.DecodeS == nil || fin.EngineITLS == nil {
-			t.Fatalf("engine metrics not recorded: ttft %v queue %v decode %v itl %v", fin.ScheduledToFirstTokenS, fin.QueueS, fin.DecodeS, fin.EngineITLS)
+		if fin.ScheduledToFirstTokenSeconds == nil || *fin.ScheduledToFirstTokenSeconds != firstTokenDelay.Seconds() || fin.QueueSeconds == nil || fin.DecodeSeconds == nil || fin.EngineITLSeconds == nil {
+			t.Fatalf("engine metrics not recorded: ttft %v queue %v decode %v itl %v", fin.ScheduledToFirstTokenSeconds, fin.QueueSeconds, fin.DecodeSeconds, fin.EngineITLSeconds)
 		}
 		if fin.OutputForeignChars == nil || *fin.OutputForeignChars != 0 || fin.OutputScriptViolation == nil || *fin.OutputScriptViolation {
 			t.Fatalf("output check: %v %v", fin.OutputForeignChars, fin.OutputScriptViolation)
@@ -130,11 +130,11 @@ func TestOpenAISDKStreamingAndNonStreamingRecords(t *testing.T) {
 			fin.PromptTokens == nil || int64(*fin.PromptTokens) != c.Usage.PromptTokens {
 			t.Fatalf("request.finished = %+v", fin)
 		}
-		if fin.TTFTS != nil || fin.TPOTS != nil {
-			t.Fatalf("non-streaming record claims TTFT %v / TPOT %v the gateway cannot see", fin.TTFTS, fin.TPOTS)
+		if fin.TTFTSeconds != nil || fin.TPOTSeconds != nil {
+			t.Fatalf("non-streaming record claims TTFT %v / TPOT %v the gateway cannot see", fin.TTFTSeconds, fin.TPOTSeconds)
 		}
-		if fin.ScheduledToFirstTokenS == nil || fin.E2ES == nil || *fin.E2ES < firstTokenDelay.Seconds() {
-			t.Fatalf("engine ttft %v, e2e %v", fin.ScheduledToFirstTokenS, fin.E2ES)
+		if fin.ScheduledToFirstTokenSeconds == nil || fin.E2ESeconds == nil || *fin.E2ESeconds < firstTokenDelay.Seconds() {
+			t.Fatalf("engine ttft %v, e2e %v", fin.ScheduledToFirstTokenSeconds, fin.E2ESeconds)
 		}
 	})
 }
@@ -287,8 +287,8 @@ func TestClientDisconnectMidStreamIsRecordedAsClient499(t *testing.T) {
 	cancel()
 	resp.Body.Close()
 	_, fin := recordsOf(t, js, topo, rid)
-	if fin.StatusCode != 499 || fin.ErrorLayer != "client" || fin.TTFTS == nil {
-		t.Fatalf("request.finished: status %d layer %q ttft %v; want 499, client, a TTFT", fin.StatusCode, fin.ErrorLayer, fin.TTFTS)
+	if fin.StatusCode != 499 || fin.ErrorLayer != "client" || fin.TTFTSeconds == nil {
+		t.Fatalf("request.finished: status %d layer %q ttft %v; want 499, client, a TTFT", fin.StatusCode, fin.ErrorLayer, fin.TTFTSeconds)
 	}
 }
 

@@ -85,10 +85,10 @@ func TestWithVLLMSim(t *testing.T) {
 		if int(*fin.CompletionTokens) < chunks {
 			t.Fatalf("completion_tokens %d < %d content chunks", *fin.CompletionTokens, chunks)
 		}
-		if fin.TTFTS == nil || fin.ScheduledToFirstTokenS == nil {
-			t.Fatalf("ttft %v, engine ttft %v", fin.TTFTS, fin.ScheduledToFirstTokenS)
+		if fin.TTFTSeconds == nil || fin.ScheduledToFirstTokenSeconds == nil {
+			t.Fatalf("ttft %v, engine ttft %v", fin.TTFTSeconds, fin.ScheduledToFirstTokenSeconds)
 		}
-		gw, eng := time.Duration(*fin.TTFTS*1e9), time.Duration(*fin.ScheduledToFirstTokenS*1e9)
+		gw, eng := time.Duration(*fin.TTFTSeconds*1e9), time.Duration(*fin.ScheduledToFirstTokenSeconds*1e9)
 		// The engine's clock starts when it got the request and stops at the token; the gateway's
 		// starts earlier and stops after forwarding it; the client's brackets both.
 		if gw+2*time.Millisecond < eng || gw > clientTTFT || gw > eng+ttftSlack {

@@ -150,10 +150,10 @@ func queueOverload(cur, base *Stats) Branch {
 	if cur.KVMax != nil && *cur.KVMax < KVLowShare {
 		br.Evidence = append(br.Evidence, fmt.Sprintf("KV cache max %s: slots ran out, not KV memory", pct(*cur.KVMax)))
 	}
-	if cur.RatePerS != nil {
-		br.Evidence = append(br.Evidence, "request rate "+vs(cur.RatePerS, base.RatePerS, perSec))
+	if cur.RatePerSecond != nil {
+		br.Evidence = append(br.Evidence, "request rate "+vs(cur.RatePerSecond, base.RatePerSecond, perSec))
 	}
-	if r, ok := ratio(cur.RatePerS, base.RatePerS); ok && r >= RiseRatio {
+	if r, ok := ratio(cur.RatePerSecond, base.RatePerSecond); ok && r >= RiseRatio {
 		br.NotRuledOut = "a loss of capacity (a slower engine, fewer replicas) on top of the extra load: these numbers cannot separate the two"
 	} else {
 		br.NotRuledOut = "a loss of capacity rather than more load: the arrival rate did not rise, so check the engine's step time and replicas"

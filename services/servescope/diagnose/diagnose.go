@@ -152,7 +152,7 @@ func u64(n uint64) *float64 { f := float64(n); return &f }
 
 var rowSpecs = []rowSpec{
 	{"requests", "Requests", func(s *Stats) *float64 { return u64(s.Requests) }, count},
-	{"rate_per_s", "Request rate", func(s *Stats) *float64 { return s.RatePerS }, perSec},
+	{"rate_per_s", "Request rate", func(s *Stats) *float64 { return s.RatePerSecond }, perSec},
 	{"prompt_tokens_mean", "Tokens in (mean)", func(s *Stats) *float64 { return s.PromptTokensMean }, tokens},
 	{"completion_tokens_mean", "Tokens out (mean)", func(s *Stats) *float64 { return s.CompletionTokensMean }, tokens},
 	{"cached_share", "Prompt tokens from prefix cache", func(s *Stats) *float64 { return s.CachedShare }, pct},

@@ -43,9 +43,9 @@ func (r Range) String() string {
 type Stats struct {
 	// Requests is the number of requests that arrived in the range (gateway records, or engine
 	// requests, each the spans of its children combined, when no gateway record exists).
-	// RatePerS is Requests ÷ the range's length.
-	Requests uint64   `json:"requests"`
-	RatePerS *float64 `json:"rate_per_s,omitempty"`
+	// RatePerSecond is Requests ÷ the range's length.
+	Requests      uint64   `json:"requests"`
+	RatePerSecond *float64 `json:"rate_per_s,omitempty"`
 
 	// PromptTokensMean and CompletionTokensMean are the mean input and output tokens per request.
 	PromptTokensMean     *float64 `json:"prompt_tokens_mean,omitempty"`
@@ -185,7 +185,7 @@ func collect(ctx context.Context, conn driver.Conn, r Range, model string) (Stat
 	}
 	if s.Requests > 0 && r.Seconds() > 0 {
 		rate := float64(s.Requests) / r.Seconds()
-		s.RatePerS = &rate
+		s.RatePerSecond = &rate
 	}
 	return s, nil
 }

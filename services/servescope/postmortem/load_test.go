@@ -130,7 +130,7 @@ func TestVLLMSimCrashLog(t *testing.T) {
 				running int
 				kv      float64
 			}{{10, 3, 0.005}, {20, 46, 0.036}, {30, 144, 0.114}, {35, 193, 0.159}} {
-				lg.Stats(engine.IntervalStats{At: s.at, IntervalS: 10, PromptTokens: 880, GenerationTokens: 2560, Running: s.running, KVCacheUsage: s.kv})
+				lg.Stats(engine.IntervalStats{At: s.at, IntervalSeconds: 10, PromptTokens: 880, GenerationTokens: 2560, Running: s.running, KVCacheUsage: s.kv})
 			}
 			lg.Crashed(engine.CrashInfo{At: 35, Running: 193, KVCacheUsage: 0.159, VocabSize: 152064, RequestedBytes: 193 * 152064 * 4})
 			lg.Shutdown()

@@ -89,11 +89,11 @@ type Arithmetic struct {
 	VocabSource string `json:"vocab_source"`
 	// Running is the count multiplied: the scheduler state vLLM dumped at the failing step when
 	// the log has it, else the last stats line's; RunningSource says which. LastStatsTS is that
-	// line's time and StatsAgeS how long before the death it was printed.
-	Running       uint32    `json:"running"`
-	RunningSource string    `json:"running_source"`
-	LastStatsTS   time.Time `json:"last_stats_ts"`
-	StatsAgeS     float64   `json:"stats_age_s"`
+	// line's time and StatsAgeSeconds how long before the death it was printed.
+	Running         uint32    `json:"running"`
+	RunningSource   string    `json:"running_source"`
+	LastStatsTS     time.Time `json:"last_stats_ts"`
+	StatsAgeSeconds float64   `json:"stats_age_s"`
 	// Tensor is the allocation checked (the first that matches, else the first candidate);
 	// Columns is vocab_size or vocab_size + 1 as its shape says.
 	Tensor  Allocation `json:"tensor"`
@@ -468,7 +468,7 @@ func (r *Report) explain(opts Options) {
 		product += fmt.Sprintf("; PyTorch would report it as %s, against %s requested", a.TorchPrints, FormatSize(req))
 	}
 	r.Reasoning = append(r.Reasoning, product)
-	said := fmt.Sprintf("last line %.0f s earlier said %d", a.StatsAgeS, a.Running)
+	said := fmt.Sprintf("last line %.0f s earlier said %d", a.StatsAgeSeconds, a.Running)
 	if last.Dump {
 		said = fmt.Sprintf("the scheduler state vLLM dumped at the failing step said %d", a.Running)
 	}
@@ -562,14 +562,14 @@ func (r *Report) capacityText() string {
 func (r *Report) arithmetic(opts Options, req int64, last, prev *StatsPoint) *Arithmetic {
 	vocab, src := VocabSize(opts.VocabSize, r.Model)
 	a := &Arithmetic{Vocab: vocab, VocabSource: src, Running: *last.Running, LastStatsTS: last.TS,
-		StatsAgeS: r.LastWords.TS.Sub(last.TS).Seconds(), RunningSource: "stats line"}
+		StatsAgeSeconds: r.LastWords.TS.Sub(last.TS).Seconds(), RunningSource: "stats line"}
 	if last.Dump {
 		a.RunningSource = "scheduler state at the failing step"
 	}
 	lo, hi := float64(a.Running), float64(a.Running)
-	if !last.Dump && prev != nil && last.TS.After(prev.TS) && a.StatsAgeS > 0 {
+	if !last.Dump && prev != nil && last.TS.After(prev.TS) && a.StatsAgeSeconds > 0 {
 		slope := (float64(*last.Running) - float64(*prev.Running)) / last.TS.Sub(prev.TS).Seconds()
-		e := math.Max(0, float64(a.Running)+slope*a.StatsAgeS)
+		e := math.Max(0, float64(a.Running)+slope*a.StatsAgeSeconds)
 		if n, err := strconv.Atoi(r.MaxNumSeqs); err == nil && e > float64(n) {
 			e = float64(n)
 		}

@@ -25,12 +25,12 @@ type EngineReport struct {
 	Requests            float64  `json:"requests"`
 	PromptTokens        *float64 `json:"prompt_tokens_mean"`
 	GenerationTokens    *float64 `json:"generation_tokens_mean"`
-	QueueS              *float64 `json:"queue_s"`
-	PrefillS            *float64 `json:"prefill_s"`
-	TTFTS               *float64 `json:"ttft_s"`
-	InterTokenS         *float64 `json:"inter_token_s"`
-	DecodeS             *float64 `json:"decode_s"`
-	E2ES                *float64 `json:"e2e_s"`
+	QueueSeconds        *float64 `json:"queue_s"`
+	PrefillSeconds      *float64 `json:"prefill_s"`
+	TTFTSeconds         *float64 `json:"ttft_s"`
+	InterTokenSeconds   *float64 `json:"inter_token_s"`
+	DecodeSeconds       *float64 `json:"decode_s"`
+	E2ESeconds          *float64 `json:"e2e_s"`
 	MaxRunning          float64  `json:"max_running"`
 	MaxWaiting          float64  `json:"max_waiting"`
 	MaxKVCacheUsagePerc float64  `json:"max_kv_cache_usage_perc"`
@@ -130,12 +130,12 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if e := rep.Engine; e != nil {
 		p("\nengine /metrics (averages per request)\t\n")
 		p("Tokens in / out\t%s / %s\n", f2(e.PromptTokens), f2(e.GenerationTokens))
-		p("Queue wait (s)\t%s\n", f3(e.QueueS))
-		p("Prompt prefill (s)\t%s\n", f3(e.PrefillS))
-		p("TTFT (s)\t%s\n", f3(e.TTFTS))
-		p("Between two tokens (s)\t%s\n", f3(e.InterTokenS))
-		p("Token generation (s)\t%s\n", f2(e.DecodeS))
-		p("E2E (s)\t%s\n", f2(e.E2ES))
+		p("Queue wait (s)\t%s\n", f3(e.QueueSeconds))
+		p("Prompt prefill (s)\t%s\n", f3(e.PrefillSeconds))
+		p("TTFT (s)\t%s\n", f3(e.TTFTSeconds))
+		p("Between two tokens (s)\t%s\n", f3(e.InterTokenSeconds))
+		p("Token generation (s)\t%s\n", f2(e.DecodeSeconds))
+		p("E2E (s)\t%s\n", f2(e.E2ESeconds))
 		p("Running - maximum\t%.0f\n", e.MaxRunning)
 		p("Waiting - maximum\t%.0f\n", e.MaxWaiting)
 		p("KV cache - maximum\t%.1f%%\n", e.MaxKVCacheUsagePerc)

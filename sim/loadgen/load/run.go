@@ -235,15 +235,15 @@ func engineReport(before, after enginestats.Snapshot, maxima enginestats.Maxima,
 	}
 	e.PromptTokens = mean(enginestats.PromptTokens)
 	e.GenerationTokens = mean(enginestats.GenerationTokens)
-	e.QueueS = mean(enginestats.QueueTime)
-	e.PrefillS = mean(enginestats.PrefillTime)
-	e.TTFTS = mean(enginestats.TTFT)
-	e.InterTokenS = mean(enginestats.InterTokenLat)
-	if e.InterTokenS == nil {
-		e.InterTokenS = mean(enginestats.InterTokenLatV0)
+	e.QueueSeconds = mean(enginestats.QueueTime)
+	e.PrefillSeconds = mean(enginestats.PrefillTime)
+	e.TTFTSeconds = mean(enginestats.TTFT)
+	e.InterTokenSeconds = mean(enginestats.InterTokenLat)
+	if e.InterTokenSeconds == nil {
+		e.InterTokenSeconds = mean(enginestats.InterTokenLatV0)
 	}
-	e.DecodeS = mean(enginestats.DecodeTime)
-	e.E2ES = mean(enginestats.E2ELatency)
+	e.DecodeSeconds = mean(enginestats.DecodeTime)
+	e.E2ESeconds = mean(enginestats.E2ELatency)
 	e.MaxRunning = maxima[enginestats.Running]
 	e.MaxWaiting = maxima[enginestats.Waiting]
 	e.MaxKVCacheUsagePerc = 100 * maxima[enginestats.KVCacheUsage]

@@ -51,7 +51,7 @@ func TestScenarioSignatures(t *testing.T) {
 		}
 		e := rep.Engine
 		t.Logf("%-11s sent=%d ok=%d in/out=%.0f/%.0f queue=%.3f prefill=%.3f ttft=%.3f itl=%.3f decode=%.2f e2e=%.2f maxRun=%.0f maxWait=%.0f maxKV=%.1f%% samples=%d wall=%.1fs",
-			name, rep.Sent, rep.Succeeded, *e.PromptTokens, *e.GenerationTokens, *e.QueueS, *e.PrefillS, *e.TTFTS, *e.InterTokenS, *e.DecodeS, *e.E2ES,
+			name, rep.Sent, rep.Succeeded, *e.PromptTokens, *e.GenerationTokens, *e.QueueSeconds, *e.PrefillSeconds, *e.TTFTSeconds, *e.InterTokenSeconds, *e.DecodeSeconds, *e.E2ESeconds,
 			e.MaxRunning, e.MaxWaiting, e.MaxKVCacheUsagePerc, e.Samples, rep.WallSeconds)
 		if rep.Failed != 0 || rep.Succeeded != rep.Sent || rep.Sent == 0 {
 			t.Fatalf("%s: sent %d, succeeded %d, errors %v %v", name, rep.Sent, rep.Succeeded, rep.Errors, rep.ErrorSamples)
@@ -74,12 +74,12 @@ func TestScenarioSignatures(t *testing.T) {
 		}
 	}
 	// Only overload queues.
-	if *o.QueueS <= 0.01 || o.MaxWaiting < 1 {
-		t.Errorf("overload: queue %.3f s, max waiting %.0f; want both > 0", *o.QueueS, o.MaxWaiting)
+	if *o.QueueSeconds <= 0.01 || o.MaxWaiting < 1 {
+		t.Errorf("overload: queue %.3f s, max waiting %.0f; want both > 0", *o.QueueSeconds, o.MaxWaiting)
 	}
 	for name, e := range map[string]*load.EngineReport{"normal": n, "long-prompt": lp, "long-output": lo} {
-		if *e.QueueS > 0.005 || e.MaxWaiting != 0 {
-			t.Errorf("%s: queue %.3f s, max waiting %.0f; want 0", name, *e.QueueS, e.MaxWaiting)
+		if *e.QueueSeconds > 0.005 || e.MaxWaiting != 0 {
+			t.Errorf("%s: queue %.3f s, max waiting %.0f; want 0", name, *e.QueueSeconds, e.MaxWaiting)
 		}
 	}
 	// Overload runs out of slots, not KV memory, and every step is slower.
@@ -89,31 +89,31 @@ func TestScenarioSignatures(t *testing.T) {
 	if o.MaxKVCacheUsagePerc > 60 || o.MaxKVCacheUsagePerc < 10 {
 		t.Errorf("overload: max KV %.1f%%, want well below 100%% (reference 28%%)", o.MaxKVCacheUsagePerc)
 	}
-	if *o.InterTokenS < 4**n.InterTokenS {
-		t.Errorf("overload inter-token %.3f s is not several times normal %.3f s", *o.InterTokenS, *n.InterTokenS)
+	if *o.InterTokenSeconds < 4**n.InterTokenSeconds {
+		t.Errorf("overload inter-token %.3f s is not several times normal %.3f s", *o.InterTokenSeconds, *n.InterTokenSeconds)
 	}
-	if *o.PrefillS < 3**n.PrefillS {
-		t.Errorf("overload prefill %.3f s is not several times normal %.3f s", *o.PrefillS, *n.PrefillS)
+	if *o.PrefillSeconds < 3**n.PrefillSeconds {
+		t.Errorf("overload prefill %.3f s is not several times normal %.3f s", *o.PrefillSeconds, *n.PrefillSeconds)
 	}
-	if *n.InterTokenS < 0.014 || *n.InterTokenS > 0.02 {
-		t.Errorf("normal inter-token %.3f s, want ~0.016", *n.InterTokenS)
+	if *n.InterTokenSeconds < 0.014 || *n.InterTokenSeconds > 0.02 {
+		t.Errorf("normal inter-token %.3f s, want ~0.016", *n.InterTokenSeconds)
 	}
 	// Long output: the worst E2E with normal TTFT and queue.
 	for name, e := range map[string]*load.EngineReport{"normal": n, "overload": o, "long-prompt": lp} {
-		if *lo.E2ES <= *e.E2ES {
-			t.Errorf("long-output E2E %.2f s is not worse than %s's %.2f s", *lo.E2ES, name, *e.E2ES)
+		if *lo.E2ESeconds <= *e.E2ESeconds {
+			t.Errorf("long-output E2E %.2f s is not worse than %s's %.2f s", *lo.E2ESeconds, name, *e.E2ESeconds)
 		}
 	}
-	if *lo.TTFTS > 3**n.TTFTS || *lo.TTFTS > 0.2 {
-		t.Errorf("long-output TTFT %.3f s is not normal (normal %.3f s)", *lo.TTFTS, *n.TTFTS)
+	if *lo.TTFTSeconds > 3**n.TTFTSeconds || *lo.TTFTSeconds > 0.2 {
+		t.Errorf("long-output TTFT %.3f s is not normal (normal %.3f s)", *lo.TTFTSeconds, *n.TTFTSeconds)
 	}
 	if lo.MaxRunning <= n.MaxRunning || lo.MaxKVCacheUsagePerc <= n.MaxKVCacheUsagePerc {
 		t.Errorf("long-output should hold more running (%.0f vs %.0f) and KV (%.1f%% vs %.1f%%) than normal",
 			lo.MaxRunning, n.MaxRunning, lo.MaxKVCacheUsagePerc, n.MaxKVCacheUsagePerc)
 	}
 	// Long prompt: the prefix cache swallows most of the 2,905-token prefill (1.55 s uncached).
-	if *lp.PrefillS > 0.5 {
-		t.Errorf("long-prompt prefill %.3f s, want small thanks to the prefix cache", *lp.PrefillS)
+	if *lp.PrefillSeconds > 0.5 {
+		t.Errorf("long-prompt prefill %.3f s, want small thanks to the prefix cache", *lp.PrefillSeconds)
 	}
 }
 

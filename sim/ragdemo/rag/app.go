@@ -143,7 +143,7 @@ func (a *App) Ask(ctx context.Context, requestID, question string) (Answer, erro
 	t0 := time.Now()
 	hits := a.index.Search(emb.Embed(question), a.cfg.TopK)
 	retrieval := time.Since(t0).Seconds()
-	rec.RetrievalS = &retrieval
+	rec.RetrievalSeconds = &retrieval
 	ans := Answer{RequestID: requestID}
 	passages := make([]schema.Passage, len(hits))
 	for i, h := range hits {

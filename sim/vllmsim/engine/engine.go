@@ -57,20 +57,20 @@ type Config struct {
 	CrashAtRunning int
 	// WrongLanguageShare is the share of requests (0..1) whose output mixes in CJK characters.
 	WrongLanguageShare float64
-	// StatsIntervalS is the simulated period of Observer.Stats calls (vLLM logs every 10 s).
-	StatsIntervalS float64
+	// StatsIntervalSeconds is the simulated period of Observer.Stats calls (vLLM logs every 10 s).
+	StatsIntervalSeconds float64
 }
 
 // DefaultConfig is vLLM's defaults on the reference's RTX 3060 (DESIGN §5).
 func DefaultConfig() Config {
 	return Config{
-		MaxModelLen:         4096,
-		MaxNumSeqs:          256,
-		MaxNumBatchedTokens: 2048,
-		KVCacheTokens:       100_000,
-		BlockSize:           16,
-		Cost:                DefaultCostModel(),
-		StatsIntervalS:      10,
+		MaxModelLen:          4096,
+		MaxNumSeqs:           256,
+		MaxNumBatchedTokens:  2048,
+		KVCacheTokens:        100_000,
+		BlockSize:            16,
+		Cost:                 DefaultCostModel(),
+		StatsIntervalSeconds: 10,
 	}
 }
 
@@ -124,40 +124,40 @@ type Finished struct {
 	Tag            any
 }
 
-// QueueS is the time from entering the waiting queue to being first scheduled, in seconds.
-func (f *Finished) QueueS() float64 { return f.Scheduled - f.Queued }
+// QueueSeconds is the time from entering the waiting queue to being first scheduled, in seconds.
+func (f *Finished) QueueSeconds() float64 { return f.Scheduled - f.Queued }
 
-// PrefillS is the time from first scheduling to the first token, in seconds.
-func (f *Finished) PrefillS() float64 { return f.FirstToken - f.Scheduled }
+// PrefillSeconds is the time from first scheduling to the first token, in seconds.
+func (f *Finished) PrefillSeconds() float64 { return f.FirstToken - f.Scheduled }
 
-// DecodeS is the time from the first to the last token, in seconds.
-func (f *Finished) DecodeS() float64 { return f.LastToken - f.FirstToken }
+// DecodeSeconds is the time from the first to the last token, in seconds.
+func (f *Finished) DecodeSeconds() float64 { return f.LastToken - f.FirstToken }
 
-// InferenceS is the time from first scheduling to the last token, in seconds.
-func (f *Finished) InferenceS() float64 { return f.LastToken - f.Scheduled }
+// InferenceSeconds is the time from first scheduling to the last token, in seconds.
+func (f *Finished) InferenceSeconds() float64 { return f.LastToken - f.Scheduled }
 
-// TTFTS is the time from arrival to the first token, in seconds.
-func (f *Finished) TTFTS() float64 { return f.FirstToken - f.Arrival }
+// TTFTSeconds is the time from arrival to the first token, in seconds.
+func (f *Finished) TTFTSeconds() float64 { return f.FirstToken - f.Arrival }
 
-// E2ES is the time from arrival to finish, in seconds.
-func (f *Finished) E2ES() float64 { return f.Finish - f.Arrival }
+// E2ESeconds is the time from arrival to finish, in seconds.
+func (f *Finished) E2ESeconds() float64 { return f.Finish - f.Arrival }
 
 // StepStats describes one executed step.
 type StepStats struct {
 	End              float64 // simulated end time, seconds
-	DurationS        float64
+	DurationSeconds  float64
 	ScheduledTokens  int // tokens computed in the step (vllm:iteration_tokens_total)
 	PromptTokens     int // prompt tokens computed (prefill, not cached)
 	GenerationTokens int // tokens emitted
-	// InterTokenS holds one inter-token latency per token emitted after a sequence's first.
-	InterTokenS []float64
-	Preemptions int
+	// InterTokenSeconds holds one inter-token latency per token emitted after a sequence's first.
+	InterTokenSeconds []float64
+	Preemptions       int
 }
 
-// IntervalStats is what vLLM's periodic stats line reports, over one StatsIntervalS.
+// IntervalStats is what vLLM's periodic stats line reports, over one StatsIntervalSeconds.
 type IntervalStats struct {
 	At               float64 // simulated time of the report, seconds
-	IntervalS        float64
+	IntervalSeconds  float64
 	PromptTokens     int
 	GenerationTokens int
 	Running          int
@@ -226,8 +226,8 @@ func New(cfg Config, tok *Tokenizer, clock *Clock, observers ...Observer) *Engin
 	if cfg.BlockSize <= 0 {
 		cfg.BlockSize = 16
 	}
-	if cfg.StatsIntervalS <= 0 {
-		cfg.StatsIntervalS = 10
+	if cfg.StatsIntervalSeconds <= 0 {
+		cfg.StatsIntervalSeconds = 10
 	}
 	if cfg.MaxNumBatchedTokens < cfg.MaxNumSeqs {
 		cfg.MaxNumBatchedTokens = max(cfg.MaxNumSeqs, 2048)
@@ -357,7 +357,7 @@ type planned struct {
 
 func (e *Engine) loop(ctx context.Context) error {
 	now := e.clock.Now()
-	nextStats := now + e.cfg.StatsIntervalS
+	nextStats := now + e.cfg.StatsIntervalSeconds
 	var iv IntervalStats
 	plan := make([]planned, 0, e.cfg.MaxNumSeqs)
 	for {
@@ -371,8 +371,8 @@ func (e *Engine) loop(ctx context.Context) error {
 			now = max(now, e.clock.Now())
 			if now >= nextStats {
 				// vLLM demotes idle stats lines to debug; report once and realign.
-				e.reportStats(&iv, now, e.cfg.StatsIntervalS)
-				nextStats = now + e.cfg.StatsIntervalS
+				e.reportStats(&iv, now, e.cfg.StatsIntervalSeconds)
+				nextStats = now + e.cfg.StatsIntervalSeconds
 			}
 			continue
 		}
@@ -384,7 +384,7 @@ func (e *Engine) loop(ctx context.Context) error {
 		if e.cfg.CrashAtRunning > 0 && len(e.run) > e.cfg.CrashAtRunning {
 			// A last stats line at the moment of death (the reference's "15:53:37 - crash"
 			// row), so the log holds the running count the allocation was sized by.
-			if since := now - (nextStats - e.cfg.StatsIntervalS); since > 0 {
+			if since := now - (nextStats - e.cfg.StatsIntervalSeconds); since > 0 {
 				e.reportStats(&iv, now, since)
 			}
 			info := CrashInfo{
@@ -413,7 +413,7 @@ func (e *Engine) loop(ctx context.Context) error {
 			return ctx.Err()
 		}
 		now += d
-		st := StepStats{End: now, DurationS: d, ScheduledTokens: tokens, PromptTokens: promptTokens, Preemptions: preemptions}
+		st := StepStats{End: now, DurationSeconds: d, ScheduledTokens: tokens, PromptTokens: promptTokens, Preemptions: preemptions}
 		e.apply(now, plan, &st)
 		for _, o := range e.observers {
 			o.StepDone(st)
@@ -421,15 +421,15 @@ func (e *Engine) loop(ctx context.Context) error {
 		iv.PromptTokens += st.PromptTokens
 		iv.GenerationTokens += st.GenerationTokens
 		for now >= nextStats {
-			e.reportStats(&iv, nextStats, e.cfg.StatsIntervalS)
-			nextStats += e.cfg.StatsIntervalS
+			e.reportStats(&iv, nextStats, e.cfg.StatsIntervalSeconds)
+			nextStats += e.cfg.StatsIntervalSeconds
 		}
 	}
 }
 
 func (e *Engine) reportStats(iv *IntervalStats, at, interval float64) {
 	iv.At = at
-	iv.IntervalS = interval
+	iv.IntervalSeconds = interval
 	// Like vLLM's SchedulerStats, the counts are those of the last scheduling decision.
 	g := e.Gauges()
 	iv.Running = g.Running
@@ -646,7 +646,7 @@ func (e *Engine) apply(now float64, plan []planned, st *StepStats) {
 		if s.firstToken == 0 {
 			s.firstToken = now
 		} else {
-			st.InterTokenS = append(st.InterTokenS, now-s.lastToken)
+			st.InterTokenSeconds = append(st.InterTokenSeconds, now-s.lastToken)
 		}
 		s.lastToken = now
 		reason := ""

@@ -158,11 +158,11 @@ func TestSlotsAndFIFOQueue(t *testing.T) {
 		}
 		fins = append(fins, f)
 	}
-	if fins[0].QueueS() != 0 || fins[1].QueueS() != 0 {
-		t.Errorf("first two requests queued %.3f / %.3f s with free slots", fins[0].QueueS(), fins[1].QueueS())
+	if fins[0].QueueSeconds() != 0 || fins[1].QueueSeconds() != 0 {
+		t.Errorf("first two requests queued %.3f / %.3f s with free slots", fins[0].QueueSeconds(), fins[1].QueueSeconds())
 	}
-	if fins[2].QueueS() <= 0 || fins[3].QueueS() <= 0 {
-		t.Errorf("third and fourth requests did not queue behind 2 slots: %.3f / %.3f s", fins[2].QueueS(), fins[3].QueueS())
+	if fins[2].QueueSeconds() <= 0 || fins[3].QueueSeconds() <= 0 {
+		t.Errorf("third and fourth requests did not queue behind 2 slots: %.3f / %.3f s", fins[2].QueueSeconds(), fins[3].QueueSeconds())
 	}
 	if fins[2].Scheduled > fins[3].Scheduled {
 		t.Error("waiting queue is not FIFO")
@@ -171,7 +171,7 @@ func TestSlotsAndFIFOQueue(t *testing.T) {
 		if !(f.Arrival <= f.Queued && f.Queued <= f.Scheduled && f.Scheduled < f.FirstToken && f.FirstToken <= f.LastToken && f.LastToken == f.Finish) {
 			t.Errorf("timestamps out of order: %+v", f)
 		}
-		if math.Abs(f.TTFTS()+f.DecodeS()-f.E2ES()) > 1e-9 {
+		if math.Abs(f.TTFTSeconds()+f.DecodeSeconds()-f.E2ESeconds()) > 1e-9 {
 			t.Errorf("TTFT + decode != E2E: %+v", f)
 		}
 	}
@@ -196,8 +196,8 @@ func TestPrefixCacheServesRepeatedPrompt(t *testing.T) {
 	if fins[0].CachedTokens != 0 || fins[1].CachedTokens != want {
 		t.Fatalf("cached tokens %d then %d, want 0 then %d (full blocks, last token recomputed)", fins[0].CachedTokens, fins[1].CachedTokens, want)
 	}
-	if fins[1].PrefillS() >= fins[0].PrefillS()/2 {
-		t.Errorf("cached prefill %.3f s is not much faster than uncached %.3f s", fins[1].PrefillS(), fins[0].PrefillS())
+	if fins[1].PrefillSeconds() >= fins[0].PrefillSeconds()/2 {
+		t.Errorf("cached prefill %.3f s is not much faster than uncached %.3f s", fins[1].PrefillSeconds(), fins[0].PrefillSeconds())
 	}
 }
 

@@ -253,7 +253,7 @@ func (m *Metrics) StepDone(s engine.StepStats) {
 	if s.Preemptions > 0 {
 		m.preemptions.WithLabelValues(m.labels...).Add(float64(s.Preemptions))
 	}
-	for _, v := range s.InterTokenS {
+	for _, v := range s.InterTokenSeconds {
 		// vLLM observes one inter-token interval per decode step and request: main names the
 		// histogram inter_token_latency_seconds, earlier releases time_per_output_token_seconds.
 		if m.itl != nil {
@@ -273,17 +273,17 @@ func (m *Metrics) RequestFinished(f *engine.Finished) {
 		return
 	}
 	l := m.labels
-	m.ttft.WithLabelValues(l...).Observe(f.TTFTS())
-	m.queue.WithLabelValues(l...).Observe(f.QueueS())
-	m.e2e.WithLabelValues(l...).Observe(f.E2ES())
+	m.ttft.WithLabelValues(l...).Observe(f.TTFTSeconds())
+	m.queue.WithLabelValues(l...).Observe(f.QueueSeconds())
+	m.e2e.WithLabelValues(l...).Observe(f.E2ESeconds())
 	if !m.rel.V1Engine() {
 		return
 	}
-	m.prefill.WithLabelValues(l...).Observe(f.PrefillS())
-	m.decode.WithLabelValues(l...).Observe(f.DecodeS())
-	m.inference.WithLabelValues(l...).Observe(f.InferenceS())
+	m.prefill.WithLabelValues(l...).Observe(f.PrefillSeconds())
+	m.decode.WithLabelValues(l...).Observe(f.DecodeSeconds())
+	m.inference.WithLabelValues(l...).Observe(f.InferenceSeconds())
 	if m.tpotPerRequest != nil && f.OutputTokens > 1 {
-		m.tpotPerRequest.WithLabelValues(l...).Observe(f.DecodeS() / float64(f.OutputTokens-1))
+		m.tpotPerRequest.WithLabelValues(l...).Observe(f.DecodeSeconds() / float64(f.OutputTokens-1))
 	}
 	m.promptTokensH.WithLabelValues(l...).Observe(float64(f.PromptTokens))
 	m.genTokensH.WithLabelValues(l...).Observe(float64(f.OutputTokens))

@@ -159,9 +159,9 @@ func (c *call) promptRequestID(i int) string {
 // submit delays a slow request, then hands every prompt × sample to the engine. It returns false
 // when the request ended (client gone, engine dead: answered here).
 func (s *Server) submit(w http.ResponseWriter, r *http.Request, c *call) bool {
-	if s.cfg.SlowShare > 0 && s.cfg.SlowDelayS > 0 && mrand.Float64() < s.cfg.SlowShare {
+	if s.cfg.SlowShare > 0 && s.cfg.SlowDelaySeconds > 0 && mrand.Float64() < s.cfg.SlowShare {
 		select {
-		case <-time.After(s.eng.Clock().WallDuration(s.cfg.SlowDelayS)):
+		case <-time.After(s.eng.Clock().WallDuration(s.cfg.SlowDelaySeconds)):
 		case <-r.Context().Done():
 			return false
 		}

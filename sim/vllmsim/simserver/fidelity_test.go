@@ -379,16 +379,16 @@ func TestPerRequestTimingObject(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	if f.QueueS() <= 0 {
+	if f.QueueSeconds() <= 0 {
 		t.Fatalf("the second request did not queue (%+v)", f)
 	}
 	near("time_to_first_token_ms", out.Metrics["time_to_first_token_ms"], (f.FirstToken-f.Scheduled)*1000)
-	near("queue_time_ms", out.Metrics["queue_time_ms"], f.QueueS()*1000)
-	near("generation_time_ms", out.Metrics["generation_time_ms"], f.DecodeS()*1000)
-	near("mean_itl_ms", out.Metrics["mean_itl_ms"], f.DecodeS()/29*1000)
-	near("tokens_per_second", out.Metrics["tokens_per_second"], 30/f.InferenceS())
-	if ttft := *out.Metrics["time_to_first_token_ms"]; ttft >= f.TTFTS()*1000 {
-		t.Errorf("time_to_first_token_ms %.1f includes the queue wait (TTFT from arrival %.1f ms)", ttft, f.TTFTS()*1000)
+	near("queue_time_ms", out.Metrics["queue_time_ms"], f.QueueSeconds()*1000)
+	near("generation_time_ms", out.Metrics["generation_time_ms"], f.DecodeSeconds()*1000)
+	near("mean_itl_ms", out.Metrics["mean_itl_ms"], f.DecodeSeconds()/29*1000)
+	near("tokens_per_second", out.Metrics["tokens_per_second"], 30/f.InferenceSeconds())
+	if ttft := *out.Metrics["time_to_first_token_ms"]; ttft >= f.TTFTSeconds()*1000 {
+		t.Errorf("time_to_first_token_ms %.1f includes the queue wait (TTFT from arrival %.1f ms)", ttft, f.TTFTSeconds()*1000)
 	}
 
 	for _, body := range []string{`{"prompt":"x","n":2,"max_tokens":2}`, `{"prompt":["x","y"],"max_tokens":2}`} {

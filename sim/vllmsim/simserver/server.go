@@ -51,10 +51,10 @@ type Config struct {
 	EnableRequestIDHeaders bool
 	// EmbeddingDim is the length of /v1/embeddings vectors (default 384).
 	EmbeddingDim int
-	// SlowShare is the share of requests (0..1) delayed by SlowDelayS simulated seconds in the
+	// SlowShare is the share of requests (0..1) delayed by SlowDelaySeconds simulated seconds in the
 	// API server before they reach the engine (a slow upstream).
-	SlowShare  float64
-	SlowDelayS float64
+	SlowShare        float64
+	SlowDelaySeconds float64
 	// DropShare is the share of streaming requests whose connection is cut after about half of
 	// their tokens (connection dropped mid-stream).
 	DropShare float64

@@ -606,7 +606,7 @@ func TestModelsVersion(t *testing.T) {
 
 func TestSlowUpstream(t *testing.T) {
 	// 5 simulated seconds at scale 50 is 100 ms of wall time before the engine sees the request.
-	ts := startSim(t, sim.Options{Server: simserver.Config{SlowShare: 1, SlowDelayS: 5}})
+	ts := startSim(t, sim.Options{Server: simserver.Config{SlowShare: 1, SlowDelaySeconds: 5}})
 	start := time.Now()
 	resp := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`, nil)
 	_, _ = io.Copy(io.Discard, resp.Body)

@@ -199,14 +199,14 @@ func (x *Exporter) RequestFinished(f *engine.Finished) {
 		id = f.ID
 	}
 	attrs := []attribute.KeyValue{
-		attribute.Float64("gen_ai.latency.time_to_first_token", f.TTFTS()),
-		attribute.Float64("gen_ai.latency.e2e", f.E2ES()),
-		attribute.Float64("gen_ai.latency.time_in_queue", f.QueueS()),
+		attribute.Float64("gen_ai.latency.time_to_first_token", f.TTFTSeconds()),
+		attribute.Float64("gen_ai.latency.e2e", f.E2ESeconds()),
+		attribute.Float64("gen_ai.latency.time_in_queue", f.QueueSeconds()),
 		attribute.Int("gen_ai.usage.prompt_tokens", f.PromptTokens),
 		attribute.Int("gen_ai.usage.completion_tokens", f.OutputTokens),
-		attribute.Float64("gen_ai.latency.time_in_model_prefill", f.PrefillS()),
-		attribute.Float64("gen_ai.latency.time_in_model_decode", f.DecodeS()),
-		attribute.Float64("gen_ai.latency.time_in_model_inference", f.InferenceS()),
+		attribute.Float64("gen_ai.latency.time_in_model_prefill", f.PrefillSeconds()),
+		attribute.Float64("gen_ai.latency.time_in_model_decode", f.DecodeSeconds()),
+		attribute.Float64("gen_ai.latency.time_in_model_inference", f.InferenceSeconds()),
 		attribute.String("gen_ai.request.id", id),
 	}
 	if x.version.FinishReasonsOnSpan() {

@@ -171,7 +171,7 @@ func (l *Logger) Stats(s engine.IntervalStats) {
 		hitRate = 100 * float64(l.hits) / float64(l.queries)
 	}
 	at := l.clock.Time(s.At)
-	prompt, gen := float64(s.PromptTokens)/s.IntervalS, float64(s.GenerationTokens)/s.IntervalS
+	prompt, gen := float64(s.PromptTokens)/s.IntervalSeconds, float64(s.GenerationTokens)/s.IntervalSeconds
 	switch l.opts.Release {
 	case vllmversion.V0_8V0:
 		// vllm/engine/metrics.py LoggingStatLogger.

@@ -53,9 +53,9 @@ func TestGoldenLog(t *testing.T) {
 			l := NewWith(&buf, clock, 4242, Options{Release: tc.rel, JSON: tc.json})
 			l.Startup("Qwen/Qwen2.5-7B-Instruct-AWQ", 4096, "127.0.0.1:8000")
 			l.StepDone(engine.StepStats{Preemptions: 2})
-			l.Stats(engine.IntervalStats{At: 10, IntervalS: 10, PromptTokens: 880, GenerationTokens: 2560, Running: 3, Waiting: 0, KVCacheUsage: 0.005, PrefixQueries: 100, PrefixHits: 25})
-			l.Stats(engine.IntervalStats{At: 20, IntervalS: 10, Running: 0})
-			l.Stats(engine.IntervalStats{At: 30, IntervalS: 10, Running: 0}) // idle after idle: not logged
+			l.Stats(engine.IntervalStats{At: 10, IntervalSeconds: 10, PromptTokens: 880, GenerationTokens: 2560, Running: 3, Waiting: 0, KVCacheUsage: 0.005, PrefixQueries: 100, PrefixHits: 25})
+			l.Stats(engine.IntervalStats{At: 20, IntervalSeconds: 10, Running: 0})
+			l.Stats(engine.IntervalStats{At: 30, IntervalSeconds: 10, Running: 0}) // idle after idle: not logged
 			l.Crashed(engine.CrashInfo{At: 25, Running: 193, KVCacheUsage: 0.159, VocabSize: 152064, RequestedBytes: 193 * 152064 * 4})
 			l.Shutdown()
 			// Timestamps depend on the wall clock; normalize them.
@@ -92,8 +92,8 @@ func TestStatsTimestampsFollowSimulatedClock(t *testing.T) {
 	var buf bytes.Buffer
 	clock := engine.NewClock(100)
 	l := New(&buf, clock, 1, DefaultGPU())
-	l.Stats(engine.IntervalStats{At: 10, IntervalS: 10, GenerationTokens: 1})
-	l.Stats(engine.IntervalStats{At: 20, IntervalS: 10, GenerationTokens: 1})
+	l.Stats(engine.IntervalStats{At: 10, IntervalSeconds: 10, GenerationTokens: 1})
+	l.Stats(engine.IntervalStats{At: 20, IntervalSeconds: 10, GenerationTokens: 1})
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 2 {
 		t.Fatalf("lines: %q", lines)
