@@ -161,9 +161,21 @@ func TestMalformedGoToDeadLetters(t *testing.T) {
 	if len(got) != len(bads) {
 		t.Fatalf("dead-letter stream holds %d messages, want %d", len(got), len(bads))
 	}
-	for j, m := range got {
-		b, r := bads[j], recs[j]
+	// Dead letters are published as each batch settles, not in stream order: pair each with its
+	// message by the original sequence it names (recs and bads are both in stream order).
+	bySeq := make(map[string]int, len(recs))
+	for j, r := range recs {
+		bySeq[strconv.FormatUint(r.seq, 10)] = j
+	}
+	for _, m := range got {
 		h := m.Headers()
+		j, ok := bySeq[h.Get(bus.HeaderDLQStreamSeq)]
+		if !ok {
+			t.Errorf("dead letter %q names original sequence %q, which no refused message has", m.Data(), h.Get(bus.HeaderDLQStreamSeq))
+			continue
+		}
+		delete(bySeq, h.Get(bus.HeaderDLQStreamSeq))
+		b, r := bads[j], recs[j]
 		if m.Subject() != topo.DLQSubject(b.subject) || string(m.Data()) != string(b.data) ||
 			h.Get(bus.HeaderDLQSubject) != b.subject || h.Get(bus.HeaderDLQStreamSeq) != strconv.FormatUint(r.seq, 10) ||
 			!strings.Contains(h.Get(bus.HeaderDLQReason), b.reason) {
