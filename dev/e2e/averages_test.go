@@ -78,21 +78,20 @@ func TestWindowAveragesMatchLoadgen(t *testing.T) {
 		t.Logf("%-17s window average %.4g, loadgen %.4g", c.name, *c.view, *c.loadgen)
 	}
 	// loadgen's client-side means are wall time through the gateway × the time scale: they carry
-	// the client's and the gateway's per-request overhead multiplied by the scale (a few ms of
-	// wall time under -race on a busy machine is a second of simulated time here), so they bracket
-	// the engine's TTFT and E2E from above; the mean time between tokens, a difference inside one
-	// stream, carries no such offset and agrees within 10%.
+	// the client's and the gateway's overhead multiplied by the scale (a millisecond of wall time
+	// under -race on a busy machine is 20 ms of simulated time here, more than a token's step), so
+	// they bracket the engine's figures from above and only from above: a client cannot see a
+	// stream's tokens sooner, or closer together on average, than the engine produced them. The
+	// time between tokens is held from below only, which still catches TPOT divided by the wrong
+	// count of tokens.
 	if rep.TTFT == nil || rep.TPOT == nil || rep.E2E == nil {
 		t.Fatalf("loadgen client-side latencies: ttft %v tpot %v e2e %v", rep.TTFT, rep.TPOT, rep.E2E)
-	}
-	if v := deref(row.ITLSeconds); !(math.Abs(v-rep.TPOT.Mean) <= 0.1*rep.TPOT.Mean) {
-		t.Errorf("inter-token: window average %g, loadgen's client-side TPOT mean %g (want within 10%%)", v, rep.TPOT.Mean)
 	}
 	for _, c := range []struct {
 		name       string
 		view       *float64
 		clientMean float64
-	}{{"ttft_s", row.TTFTSeconds, rep.TTFT.Mean}, {"e2e_s", row.E2ESeconds, rep.E2E.Mean}} {
+	}{{"ttft_s", row.TTFTSeconds, rep.TTFT.Mean}, {"inter_token_s", row.ITLSeconds, rep.TPOT.Mean}, {"e2e_s", row.E2ESeconds, rep.E2E.Mean}} {
 		if v := deref(c.view); !(c.clientMean >= 0.9*v) {
 			t.Errorf("%s: loadgen's client-side mean %g is below the engine's window average %g", c.name, c.clientMean, v)
 		}
