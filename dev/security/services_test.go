@@ -26,7 +26,9 @@ import (
 )
 
 // The binaries the whole-system test builds and runs, by package directory under services/.
-var serviceBinaries = []string{"gateway", "consumer", "collector", "detector", "vllmsim", "ragdemo"}
+// serviceBinaries are the packages built for the test: the production services and the stand-ins
+// they are tested against.
+var serviceBinaries = []string{"services/gateway", "services/consumer", "services/collector", "services/detector", "sim/vllmsim", "sim/ragdemo"}
 
 // proc is one running binary with its output in a log file.
 type proc struct {
@@ -41,7 +43,7 @@ func buildServices(t *testing.T) string {
 	dir := t.TempDir()
 	args := []string{"build", "-o", dir + string(filepath.Separator)}
 	for _, s := range serviceBinaries {
-		args = append(args, "github.com/servescope/servescope/services/"+s)
+		args = append(args, "github.com/servescope/servescope/"+s)
 	}
 	cmd := exec.Command("go", args...)
 	if out, err := cmd.CombinedOutput(); err != nil {
