@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/servescope/servescope/dev/testnet"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -74,13 +75,8 @@ func TestSpoolFromAnEarlierRunIsReplayedInOrder(t *testing.T) {
 	dir := t.TempDir()
 
 	// First run: NATS unreachable, everything goes to the spool.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	down := cfg
-	down.URL = "nats://" + l.Addr().String()
-	l.Close()
+	down.URL = "nats://" + testnet.RefusingAddr(t)
 	p1, err := publish.New(connect(t, down), topo.Prefix, publish.Config{SpoolDir: dir, Logger: quiet, SegmentBytes: 4096})
 	if err != nil {
 		t.Fatal(err)

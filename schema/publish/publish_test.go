@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
+
+	"github.com/servescope/servescope/dev/testnet"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,12 +19,7 @@ import (
 // service's connection does while NATS is down.
 func unreachableConn(t *testing.T) *nats.Conn {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := testnet.RefusingAddr(t)
 	nc, err := nats.Connect("nats://"+addr, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1),
 		nats.ReconnectWait(50*time.Millisecond), nats.ReconnectBufSize(-1))
 	if err != nil {

@@ -7,11 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/servescope/servescope/dev/testnet"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -188,13 +189,8 @@ func TestErrorsAreRecordedWithTheirLayer(t *testing.T) {
 	_, engineURL := startEngine(t, time.Millisecond, time.Millisecond)
 	_, gw := startGateway(t, engineURL, natsCfg, nil)
 
-	// An engine that is down: a port nobody listens on.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadURL := "http://" + l.Addr().String()
-	l.Close()
+	// An engine that is down: a port that refuses connections for the whole test.
+	deadURL := "http://" + testnet.RefusingAddr(t)
 	_, gwDead := startGateway(t, deadURL, natsCfg, nil)
 
 	long := strings.Repeat("word ", 4000) // 20000 bytes ≈ 5000 tokens > 4096
