@@ -295,8 +295,15 @@ func setHeader(h *schema.Header, x *schema.Versions, key string, v jsonValue) (h
 
 // fastRequestFinished decodes the usual request.finished; ok is false when it cannot.
 func fastRequestFinished(text string) (*schema.RequestFinished, bool) {
+	return readRequestFinished(text, scanFlatObject)
+}
+
+// flatScanner calls set for each member of a flat JSON object (see scanFlatObject).
+type flatScanner func(text string, set func(key string, v jsonValue) bool) bool
+
+func readRequestFinished(text string, scan flatScanner) (*schema.RequestFinished, bool) {
 	e := &schema.RequestFinished{}
-	ok := scanFlatObject(text, func(key string, v jsonValue) bool {
+	ok := scan(text, func(key string, v jsonValue) bool {
 		if handled, ok := setHeader(&e.Header, &e.Versions, key, v); handled {
 			return ok
 		}
@@ -382,8 +389,12 @@ func fastRequestFinished(text string) (*schema.RequestFinished, bool) {
 
 // fastRequestStarted decodes the usual request.started; ok is false when it cannot.
 func fastRequestStarted(text string) (*schema.RequestStarted, bool) {
+	return readRequestStarted(text, scanFlatObject)
+}
+
+func readRequestStarted(text string, scan flatScanner) (*schema.RequestStarted, bool) {
 	e := &schema.RequestStarted{}
-	ok := scanFlatObject(text, func(key string, v jsonValue) bool {
+	ok := scan(text, func(key string, v jsonValue) bool {
 		if handled, ok := setHeader(&e.Header, &e.Versions, key, v); handled {
 			return ok
 		}
