@@ -42,7 +42,7 @@ import (
 	"github.com/servescope/servescope/services/consumer/sink"
 )
 
-// Targets from issue 5.
+// Targets: the drain rate against the serial bound of (a) and (b), and the peak RSS (see above).
 const (
 	targetDrainRatio = 0.8
 	targetPeakRSSMB  = 300
