@@ -1,5 +1,5 @@
 // Package vllmlog writes vllmsim's log in the shape of one vLLM release's own log (see package
-// release), so that log parsers built for vLLM (servescope's collector among them) read the
+// vllmversion), so that log parsers built for vLLM (servescope's collector among them) read the
 // simulator unchanged, release by release:
 //
 //	(APIServer pid=4242) INFO 09-11 15:53:12 [loggers.py:236] Engine 000: Avg prompt throughput: 88.0 tokens/s, ...   (0.10, main)
