@@ -43,6 +43,10 @@ func TestNoUnshippedCitations(t *testing.T) {
 			return err
 		}
 		files++
+		lower := strings.ToLower(string(raw))
+		if !strings.Contains(lower, "§") && !strings.Contains(lower, "issue") && !strings.Contains(lower, "brief") && !strings.Contains(lower, "reference") {
+			return nil // none of the patterns can match: spare the regexp (slow under -race)
+		}
 		for i, line := range strings.Split(string(raw), "\n") {
 			if m := unshipped.FindString(line); m != "" && !strings.Contains(line, "RFC") {
 				t.Errorf("%s:%d cites %q, which a reader of the repository cannot open: %s", rel, i+1, strings.TrimSpace(m), strings.TrimSpace(line))

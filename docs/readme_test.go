@@ -135,29 +135,43 @@ func anchors(t *testing.T, file string) []string {
 	return out
 }
 
-func TestREADMELinksReachHeadings(t *testing.T) {
-	root, text := readme(t)
-	links := regexp.MustCompile(`\]\(([^)\s]*)\)`).FindAllStringSubmatch(text, -1)
-	if len(links) == 0 {
-		t.Fatal("README.md has no links")
+// TestLinksReachHeadings: every relative link of the README and of docs/*.md reaches a file, and
+// a heading of it when the link names one.
+func TestLinksReachHeadings(t *testing.T) {
+	root, _ := readme(t)
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, m := range links {
-		target := m[1]
-		if strings.Contains(target, "://") {
-			continue
+	links := 0
+	for _, from := range append([]string{filepath.Join(root, "README.md")}, docs...) {
+		raw, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
 		}
-		file, anchor, _ := strings.Cut(target, "#")
-		if file == "" {
-			file = "README.md"
+		name, _ := filepath.Rel(root, from)
+		for _, m := range regexp.MustCompile(`\]\(([^)\s]*)\)`).FindAllStringSubmatch(string(raw), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			links++
+			file, anchor, _ := strings.Cut(target, "#")
+			path := from
+			if file != "" {
+				path = filepath.Join(filepath.Dir(from), file)
+			}
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s links %s, which does not exist", name, target)
+				continue
+			}
+			if anchor != "" && strings.HasSuffix(path, ".md") && !slices.Contains(anchors(t, path), anchor) {
+				t.Errorf("%s links %s, but %s has no heading with anchor #%s", name, target, filepath.Base(path), anchor)
+			}
 		}
-		path := filepath.Join(root, file)
-		if _, err := os.Stat(path); err != nil {
-			t.Errorf("README.md links %s, which does not exist", target)
-			continue
-		}
-		if anchor != "" && strings.HasSuffix(file, ".md") && !slices.Contains(anchors(t, path), anchor) {
-			t.Errorf("README.md links %s, but %s has no heading with anchor #%s", target, file, anchor)
-		}
+	}
+	if links < 5 {
+		t.Fatalf("found only %d links: the extraction is broken", links)
 	}
 }
 
