@@ -1,4 +1,4 @@
-// Command benchgw measures what the gateway adds to a request, side by side in one run: the same
+// Command bench-gateway measures what the gateway adds to a request, side by side in one run: the same
 // load goes straight to a fast fixed-response engine, through a bare httputil.ReverseProxy, and
 // through the gateway (recording and publishing to the real NATS named by SERVESCOPE_NATS_URL,
 // JetStream file storage, every event acknowledged), for streaming and non-streaming chat
