@@ -1,11 +1,11 @@
--- Views over engine_samples for ad-hoc SQL and the detector (DESIGN §4, reference §2).
+-- Views over engine_samples for ad-hoc SQL and the detector.
 --
 -- engine_timeline: the instantaneous gauges over time, one row per scrape (up = false rows are
 -- failed scrapes, with scrape_error), a re-delivered sample once (FINAL). Filter on engine and
 -- ts, which lead the table's key.
 --
 -- engine_window_histograms(from, to): for every engine and every cumulative histogram, what
--- happened between two instants, read as reference §2 says - the value at the window's start
+-- happened between two instants, read as cumulative quantities are: the value at the window's start
 -- (the last sample at or before `from`, looked for up to 10 minutes back, else the first sample
 -- in the window) and the values up to the last sample at or before `to`, summing the increases
 -- between consecutive samples. A drop of the count, or a change of process_start_time_seconds,
@@ -14,9 +14,9 @@
 -- zero, so no FINAL is needed. average = sum increase / count increase, the per-request mean.
 --
 -- engine_window_averages(from, to): one row per engine with the per-request averages of
--- reference §3 (queue, prefill, TTFT, inter-token, decode, E2E, prompt and generation tokens),
--- the number of finished requests, and the maxima of running, waiting and KV cache usage seen
--- in the window (samples and failed_scrapes count distinct scrapes). Example
+-- docs/measurements.md's Four workloads (queue, prefill, TTFT, inter-token, decode, E2E, prompt and
+-- generation tokens), the number of finished requests, and the maxima of running, waiting and KV
+-- cache usage seen in the window (samples and failed_scrapes count distinct scrapes). Example
 --   SELECT * FROM engine_window_averages(from = '2025-09-11 15:53:00', to = '2025-09-11 15:58:00')
 
 CREATE VIEW IF NOT EXISTS engine_timeline AS

@@ -18,7 +18,7 @@ import (
 const jsonSchemaDir = "jsonschema"
 
 func TestJSONSchemaFilesUpToDate(t *testing.T) {
-	want, err := gen.Files(".")
+	want, err := jsonschemagen.Files(".")
 	if err != nil {
 		t.Fatalf("generate JSON Schema: %v", err)
 	}
@@ -54,22 +54,22 @@ func compileJSONSchemas(t *testing.T) map[schema.Kind]*sjs.Schema {
 	c.AssertFormat()
 	out := map[schema.Kind]*sjs.Schema{}
 	for _, k := range schema.Kinds() {
-		f, err := os.Open(filepath.Join(jsonSchemaDir, gen.FileName(k)))
+		f, err := os.Open(filepath.Join(jsonSchemaDir, jsonschemagen.FileName(k)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		doc, err := sjs.UnmarshalJSON(f)
 		f.Close()
 		if err != nil {
-			t.Fatalf("parse %s: %v", gen.FileName(k), err)
+			t.Fatalf("parse %s: %v", jsonschemagen.FileName(k), err)
 		}
-		url := "https://servescope.invalid/schema/" + gen.FileName(k)
+		url := "https://servescope.invalid/schema/" + jsonschemagen.FileName(k)
 		if err := c.AddResource(url, doc); err != nil {
 			t.Fatalf("add %s: %v", url, err)
 		}
 		s, err := c.Compile(url)
 		if err != nil {
-			t.Fatalf("compile %s: %v", gen.FileName(k), err)
+			t.Fatalf("compile %s: %v", jsonschemagen.FileName(k), err)
 		}
 		out[k] = s
 	}
@@ -99,10 +99,10 @@ func TestJSONSchemaAcceptsValidEvents(t *testing.T) {
 		t.Run(string(k), func(t *testing.T) {
 			full := mustEncode(t, e)
 			if err := validateJSON(schemas[k], full); err != nil {
-				t.Errorf("full event refused by %s: %v\n%s", gen.FileName(k), err, full)
+				t.Errorf("full event refused by %s: %v\n%s", jsonschemagen.FileName(k), err, full)
 			}
 			if err := validateJSON(schemas[k], []byte(minimal[k])); err != nil {
-				t.Errorf("minimal event refused by %s: %v", gen.FileName(k), err)
+				t.Errorf("minimal event refused by %s: %v", jsonschemagen.FileName(k), err)
 			}
 			// Both sides must agree: what the JSON Schema accepts, Decode accepts.
 			if _, err := schema.DecodeAt(schema.Subject(k), []byte(minimal[k]), now); err != nil {
@@ -154,7 +154,7 @@ func TestJSONSchemaRefusesWhatDecodeRefuses(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b := mutate(t, mustEncode(t, fullEvent(t, tt.kind)), tt.change)
 			if err := validateJSON(schemas[tt.kind], b); err == nil {
-				t.Errorf("%s accepted it: %.300s", gen.FileName(tt.kind), b)
+				t.Errorf("%s accepted it: %.300s", jsonschemagen.FileName(tt.kind), b)
 			}
 			if _, err := schema.DecodeAt(schema.Subject(tt.kind), b, now); err == nil {
 				t.Errorf("Decode accepted it: %.300s", b)
@@ -167,7 +167,7 @@ func TestJSONSchemaProperties(t *testing.T) {
 	for _, e := range fullEvents() {
 		k := e.Kind()
 		t.Run(string(k), func(t *testing.T) {
-			raw, err := os.ReadFile(filepath.Join(jsonSchemaDir, gen.FileName(k)))
+			raw, err := os.ReadFile(filepath.Join(jsonSchemaDir, jsonschemagen.FileName(k)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,7 @@
 // Package compose holds the checks of the users' docker-compose.yml at the repository root. There
 // is no Docker engine where servescope is developed, so the file is checked by reading it: every
 // environment variable a servescope service is given must be one its configuration reads, ports
-// and service addresses must agree, images must be pinned, state must live on volumes, and no
-// secret may be written into the file.
+// and service addresses must agree, images must be pinned, the NATS and ClickHouse images must be
+// the releases the tests run against, state must live on volumes, and no secret may be written
+// into the file.
 package compose

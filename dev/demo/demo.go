@@ -1,7 +1,7 @@
 // Package demo is the driver of scripts/demo: it runs servescope end to end on one machine —
 // dev services, migrations, every service as a process with vllmsim as the engine — plays the
-// reference's four scenarios and three silent incidents against it, and prints what the pipeline
-// recorded: the §3 table read back from ClickHouse, the alerts its own webhook receiver got from
+// four workloads of docs/measurements.md and three silent incidents against it, and prints what
+// the pipeline recorded: the workloads' table read back from ClickHouse, the alerts its own webhook receiver got from
 // the detector, and the crashed engine's last log lines.
 package demo
 

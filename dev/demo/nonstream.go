@@ -127,7 +127,7 @@ func (n NonStreaming) Check() Check {
 }
 
 // WriteNonStreaming prints n, the non-streaming requests of the window titled title, under the
-// §3 table.
+// workloads' table.
 func WriteNonStreaming(out io.Writer, title string, n NonStreaming) error {
 	var src []string
 	for s, c := range n.Sources {

@@ -20,8 +20,8 @@ func (r *run) play(ctx context.Context) error {
 	gw := url(r.stack.Ports.Gateway, "")
 	var expect []Expectation
 
-	// Reference §3: four workloads, one after the other, each in its own window.
-	r.step("scenarios of reference §3 through the gateway (loadgen, open loop, vllmsim at real time):")
+	// The four workloads of docs/measurements.md, one after the other, each in its own window.
+	r.step("the four workloads of docs/measurements.md through the gateway (loadgen, open loop, vllmsim at real time):")
 	var scen []Window
 	for _, sc := range Scenarios(gw) {
 		w, err := RunLoad(ctx, r.out, sc.Key, sc.Title, sc.Load)
@@ -60,8 +60,8 @@ func (r *run) play(ctx context.Context) error {
 	}
 	expect = append(expect, Expectation{Incident: "wrong-language answers", Rules: []string{"output_language_errors"}, Since: wl.Range.From})
 
-	// Incident 3: the engine dies under load (reference §5).
-	r.step("incident 3: the engine restarts with --crash-at-running 190 and takes the overload (reference §5)…")
+	// Incident 3: the engine dies under load (docs/measurements.md, The crash).
+	r.step("incident 3: the engine restarts with --crash-at-running 190 and takes the overload (docs/measurements.md, The crash)…")
 	if err := r.restartEngine(ctx, "--crash-at-running", "190"); err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func (r *run) play(ctx context.Context) error {
 	missing := r.waitAlerts(ctx, expect, 90*time.Second)
 
 	// The report.
-	fmt.Fprintf(r.out, "\n(a) Reference §3 table, computed from ClickHouse (database %s: gateway requests joined with the engine's spans, collector samples every 0.5 s)\n\n", r.stack.Database)
+	fmt.Fprintf(r.out, "\n(a) The four workloads (docs/measurements.md), computed from ClickHouse (database %s: gateway requests joined with the engine's spans, collector samples every 0.5 s)\n\n", r.stack.Database)
 	st, err := Measure(ctx, r.conn, scen)
 	if err != nil {
 		return err
@@ -136,7 +136,7 @@ func (r *run) play(ctx context.Context) error {
 	fmt.Fprintf(r.out, "\n(b) Alerts the demo's webhook receiver got from the detector (times since the demo started; baseline: the synthetic normal day)\n\n")
 	WriteAlerts(r.out, r.recv.Alerts(), r.started)
 	fmt.Fprintln(r.out, "\n  latency_p95, slot_limit and truncated_outputs are true positives too: the scenarios' load is not a normal")
-	fmt.Fprintln(r.out, "  day's, and loadgen sends ignore_eos so every answer runs to max_tokens, as in the reference's runs.")
+	fmt.Fprintln(r.out, "  day's, and loadgen sends ignore_eos so every answer runs to max_tokens, as in the measured runs.")
 	fmt.Fprintln(r.out)
 	for _, e := range expect {
 		rule, at, ok := r.recv.Met(e)
@@ -269,7 +269,8 @@ func (r *run) switchEmbedding(ctx context.Context, version string) error {
 }
 
 // writeCrash prints the engine's last periodic stats lines before its out-of-memory line, and the
-// OOM line itself with the reference's multiplication, all read from engine_logs.
+// OOM line itself with the multiplication that explains it (docs/measurements.md, The crash), all
+// read from engine_logs.
 func (r *run) writeCrash(ctx context.Context, crash Window) error {
 	pctx := chstore.WithParams(ctx, map[string]string{
 		"from_us": fmt.Sprint(crash.Range.From.Add(-5 * time.Second).UnixMicro()),

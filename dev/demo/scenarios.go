@@ -17,15 +17,15 @@ import (
 	"github.com/servescope/servescope/sim/loadgen/load"
 )
 
-// Scenario is one load of reference §3 as the demo runs it.
+// Scenario is one workload of docs/measurements.md as the demo runs it.
 type Scenario struct {
 	Key, Title string
 	Load       load.Config
 }
 
-// Scenarios are the reference's four workloads at its rates, prompt and output sizes, with
-// arrival windows short enough for the whole demo to fit in minutes. Overload keeps the
-// reference's 14 req/s long enough to fill the 256 slots and queue the excess, and sends
+// Scenarios are the four measured workloads (docs/measurements.md) at their rates, prompt and
+// output sizes, with arrival windows short enough for the whole demo to fit in minutes. Overload
+// keeps the measured 14 req/s long enough to fill the 256 slots and queue the excess, and sends
 // OverloadStreamShare of its requests with a stream, the others without.
 func Scenarios(target string) []Scenario {
 	mk := func(name string, d time.Duration) load.Config {
@@ -124,7 +124,7 @@ func WaitIngested(ctx context.Context, conn driver.Conn, w Window) error {
 	}, fmt.Sprintf("the %d requests of %s to reach ClickHouse", sent, w.Key))
 }
 
-// Measure computes the reference §3 quantities of each window from ClickHouse (package diagnose:
+// Measure computes the workloads' table quantities of each window from ClickHouse (package diagnose:
 // gateway request rows joined with the engine's spans, and the collector's engine samples).
 func Measure(ctx context.Context, conn driver.Conn, ws []Window) ([]diagnose.Stats, error) {
 	out := make([]diagnose.Stats, len(ws))
@@ -142,7 +142,7 @@ func Measure(ctx context.Context, conn driver.Conn, ws []Window) ([]diagnose.Sta
 	return out, nil
 }
 
-// TableRow is one printed quantity of the §3 table.
+// TableRow is one printed quantity of the workloads' table.
 type TableRow struct {
 	Label string
 	Cell  func(*diagnose.Stats) string
@@ -155,7 +155,7 @@ func f(p *float64, format string) string {
 	return fmt.Sprintf(format, *p)
 }
 
-// SignatureRows are the rows of reference §3's table.
+// SignatureRows are the rows of docs/measurements.md's Four workloads table.
 var SignatureRows = []TableRow{
 	{"Requests", func(s *diagnose.Stats) string { return fmt.Sprint(s.Requests) }},
 	{"Tokens in / out (average)", func(s *diagnose.Stats) string {
@@ -258,9 +258,9 @@ type Check struct {
 	Text string
 }
 
-// SignatureChecks verifies reference §3's reading on the measured table: overload is the only
-// scenario with a queue wait (shown as above 0.000 s), long output has the largest E2E, and the
-// long prompt carries about 2,900 input tokens (±5%). Windows are found by key.
+// SignatureChecks verifies the signatures of docs/measurements.md, Four workloads, on the
+// measured table: overload is the only scenario with a queue wait (shown as above 0.000 s), long
+// output has the largest E2E, and the long prompt carries about 2,900 input tokens (±5%). Windows are found by key.
 func SignatureChecks(ws []Window, st []diagnose.Stats) []Check {
 	byKey := map[string]*diagnose.Stats{}
 	for i, w := range ws {

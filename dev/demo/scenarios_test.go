@@ -10,8 +10,8 @@ import (
 
 func p(v float64) *float64 { return &v }
 
-// reference is the reference's §3 table as Stats.
-func reference() ([]Window, []diagnose.Stats) {
+// measured is docs/measurements.md's Four workloads table as Stats.
+func measured() ([]Window, []diagnose.Stats) {
 	ws := []Window{{Key: "normal", Title: "Normal"}, {Key: "overload", Title: "Overload"},
 		{Key: "long-prompt", Title: "Long prompt"}, {Key: "long-output", Title: "Long output"}}
 	st := []diagnose.Stats{
@@ -24,7 +24,7 @@ func reference() ([]Window, []diagnose.Stats) {
 }
 
 func TestWriteTable(t *testing.T) {
-	ws, st := reference()
+	ws, st := measured()
 	st[2].KVMax, st[2].QueueMean = nil, nil // unknown prints as "-"
 	var buf bytes.Buffer
 	if err := WriteTable(&buf, ws, st, SignatureRows); err != nil {
@@ -39,7 +39,7 @@ func TestSignatureChecks(t *testing.T) {
 		change func([]diagnose.Stats)
 		failed []string // texts of the checks that must fail
 	}{
-		{name: "reference", change: func([]diagnose.Stats) {}},
+		{name: "measured", change: func([]diagnose.Stats) {}},
 		{name: "normal queues too", change: func(s []diagnose.Stats) { s[0].QueueMean = p(0.01) }, failed: []string{"queue wait > 0 only in overload"}},
 		{name: "no queue at all", change: func(s []diagnose.Stats) { s[1].QueueMean = nil }, failed: []string{"queue wait > 0 only in overload"}},
 		{name: "rounds to zero", change: func(s []diagnose.Stats) { s[3].QueueMean = p(0.0004) }},
@@ -48,7 +48,7 @@ func TestSignatureChecks(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ws, st := reference()
+			ws, st := measured()
 			tc.change(st)
 			checks := SignatureChecks(ws, st)
 			if len(checks) != 3 {

@@ -11,7 +11,7 @@ import (
 	"github.com/servescope/servescope/sim/vllmsim/engine"
 )
 
-// TestWindowAveragesMatchLoadgen (issue 6): under an overload-shaped run (more arrivals than the
+// TestWindowAveragesMatchLoadgen: under an overload-shaped run (more arrivals than the
 // engine's slots can serve), the per-window averages that engine_window_averages reads from the
 // cumulative histograms the collector scraped agree within 10% with the figures loadgen reported
 // from the same engine's /metrics, and the samples show the queue and the slot limit.

@@ -19,9 +19,9 @@ import (
 	"github.com/servescope/servescope/services/detector/service"
 )
 
-// TestDetectorThroughPipeline (issue 7): a normal synthetic baseline with two incidents of the
-// reference — an embedding model version change that drops the top retrieval score (lesson 10)
-// and 4 of 32 answers in a wrong script (lesson 12) — published as schema events through
+// TestDetectorThroughPipeline: a normal synthetic baseline with the two incidents of
+// docs/measurements.md that no engine metric shows — an embedding model version change that drops
+// the top retrieval score and 4 of 32 answers in a wrong script — published as schema events through
 // schema/publish to NATS and written by the consumer, makes the detector's built-in rules fire
 // when it replays each incident's end (--once --at), while at the end of the normal part alone
 // nothing fires or is pending.

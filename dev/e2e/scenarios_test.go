@@ -11,7 +11,7 @@ import (
 	"github.com/servescope/servescope/sim/vllmsim/engine"
 )
 
-// TestScenariosDiagnosed (issue 9): each workload of reference §3, run by loadgen through the
+// TestScenariosDiagnosed: each workload of docs/measurements.md, run by loadgen through the
 // gateway into vllmsim and recorded by the whole pipeline, leaves the signature diagnose reads
 // from ClickHouse: overload → queue_overload, long prompt → long_prompt, long output →
 // long_output, normal → no finding. The scenarios are scaled down (fewer requests, 20×

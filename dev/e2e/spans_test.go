@@ -6,7 +6,7 @@ import (
 	"github.com/servescope/servescope/sim/loadgen/load"
 )
 
-// TestRequestsJoinSpans (issue 6): after a loadgen run through the gateway, the gateway's
+// TestRequestsJoinSpans: after a loadgen run through the gateway, the gateway's
 // request rows and the engine's spans (vLLM's OTLP export, received by the collector) meet on
 // request_id one to one: a join returns every request, and every span has its request.
 func TestRequestsJoinSpans(t *testing.T) {

@@ -1,7 +1,7 @@
-// Package gen builds the JSON Schema files of schema v1 (one per event kind) from the Go types of
+// Package jsonschemagen builds the JSON Schema files of schema v1 (one per event kind) from the Go types of
 // package schema, for publishers not written in Go. The files are committed under
 // schema/jsonschema; a test in package schema fails when they no longer match the Go types.
-package gen
+package jsonschemagen
 
 import (
 	"bytes"

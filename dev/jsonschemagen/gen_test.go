@@ -1,4 +1,4 @@
-package gen
+package jsonschemagen
 
 import (
 	"encoding/json"

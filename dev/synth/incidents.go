@@ -2,7 +2,7 @@ package synth
 
 import "time"
 
-// NormalRate is the reference normal service's arrival rate: 0.1 requests/s on average with daily
+// NormalRate is the synthetic normal service's arrival rate: 0.1 requests/s on average with daily
 // seasonality (±60%), small enough for tests to write days of it quickly.
 var NormalRate = Daily(0.1, 0.6)
 
@@ -28,7 +28,8 @@ type Incident struct {
 	Generate func(g *Generator, from, to time.Time) *Traffic
 }
 
-// Incidents returns one incident per built-in rule, with the reference's numbers where it gives them.
+// Incidents returns one incident per built-in rule, with the numbers of docs/measurements.md where
+// it has them.
 func Incidents() []Incident {
 	engineAt := func(running, waiting, kv float64) func(g *Generator, from, to time.Time) *Traffic {
 		return func(g *Generator, from, to time.Time) *Traffic {
@@ -48,15 +49,15 @@ func Incidents() []Incident {
 		}
 	}
 	return []Incident{
-		// Reference lesson 10: an encoder version mismatch drops the top passage score 0.878 → 0.120.
+		// An encoder version mismatch drops the top passage score 0.878 → 0.120.
 		{Rule: "retrieval_score_drift", Duration: 10 * time.Minute,
 			Generate: withShape(0.5, func(s *Shape) { s.TopScore, s.EmbeddingModelVersion = 0.12, "bge-m3@2" })},
-		// Reference lesson 12: 4 of 32 answers contained Chinese characters.
+		// 4 of 32 answers contain Chinese characters.
 		{Rule: "output_language_errors", Duration: 15 * time.Minute, Generate: LanguageErrors(4, 32)},
 		// Arrivals keep coming and 80% never finish: in flight grows across every sub-window.
 		{Rule: "unfinished_rising", Duration: 5 * time.Minute,
 			Generate: withShape(1, func(s *Shape) { s.UnfinishedProb = 0.8 })},
-		// Reference §3 overload: 44 waiting, 0.47 s queue wait, 256 running, KV cache 28%.
+		// The overload workload: 44 waiting, 0.47 s queue wait, 256 running, KV cache 28%.
 		{Rule: "overload_queue", Duration: 6 * time.Minute,
 			Generate: func(g *Generator, from, to time.Time) *Traffic {
 				s := NormalShape()
@@ -68,7 +69,7 @@ func Incidents() []Incident {
 		{Rule: "kv_cache_pressure", Duration: 4 * time.Minute, Generate: engineAt(40, 0, 0.98)},
 		{Rule: "server_errors", Duration: 5 * time.Minute,
 			Generate: withShape(0.2, func(s *Shape) { s.Status5xxProb = 0.2 })},
-		// Reference §3 long output: 1,024 output tokens, 0.026 s between tokens, E2E 26.6 s.
+		// The long-output workload: 1,024 output tokens, 0.026 s between tokens, E2E 26.6 s.
 		{Rule: "latency_p95", Duration: 13 * time.Minute,
 			Generate: withShape(0.1, func(s *Shape) { s.TPOTSeconds, s.CompletionTokens = 0.026, 1024 })},
 		{Rule: "truncated_outputs", Duration: 13 * time.Minute,

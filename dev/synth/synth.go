@@ -78,8 +78,8 @@ type Shape struct {
 	UnfinishedProb float64
 }
 
-// NormalShape is a healthy RAG chat service, close to the reference's normal scenario (TTFT about
-// 0.05 s, 16 ms between tokens, 128 output tokens, top passage score about 0.88).
+// NormalShape is a healthy RAG chat service, close to the normal workload of docs/measurements.md
+// (TTFT about 0.05 s, 16 ms between tokens, 128 output tokens, top passage score about 0.88).
 func NormalShape() Shape {
 	return Shape{
 		Model: "Qwen/Qwen2.5-7B-Instruct-AWQ", App: "docs-qa", Endpoint: "/v1/chat/completions",

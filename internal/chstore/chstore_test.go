@@ -11,7 +11,8 @@ import (
 	"github.com/servescope/servescope/internal/chstore"
 )
 
-// tables of DESIGN §4 that other parts rely on, with some of their key columns.
+// contract is the tables and views that other parts and users' saved queries rely on (the README's
+// "Schema and storage" names them), each with key columns it must keep.
 var contract = map[string][]string{
 	"requests_started": {"request_id", "arrival_ts", "model", "stream"},
 	"requests": {"request_id", "arrival_ts", "finished_ts", "model", "endpoint", "stream", "status_code", "error_layer", "error_message",
@@ -28,7 +29,7 @@ var contract = map[string][]string{
 }
 
 // TestMigrateUpTwiceDownUp runs the migrations against the real server: up from empty, up again
-// (no-op, same tables), down (nothing left), up again; then checks the DESIGN §4 contract.
+// (no-op, same tables), down (nothing left), up again; then checks the contract.
 func TestMigrateUpTwiceDownUp(t *testing.T) {
 	t.Parallel()
 	conn, cfg := testenv.ClickHouse(t) // already migrated up once

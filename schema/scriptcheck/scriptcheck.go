@@ -1,6 +1,7 @@
 // Package scriptcheck counts the letters of a text that fall outside the Unicode scripts an
 // answer is allowed to use — the output check behind servescope's wrong-language signal
-// (reference §4: "answers mixed with Chinese"). Applications use it to fill
+// ("answers mixed with Chinese": docs/measurements.md, Incidents no engine metric shows).
+// Applications use it to fill
 // schema.OutputCheck; the gateway runs it on every generated answer.
 package scriptcheck
 

@@ -21,9 +21,9 @@ func newDiagnoseCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "diagnose",
-		Short: "Compare a window's serving quantities with a baseline and walk the incident signatures (reference §3, §4)",
-		Long: `diagnose computes, for the window and for the baseline, every quantity the reference's
-scenarios leave their signature on (tokens in/out, queue wait, prefill, TTFT, TPOT, decode, E2E,
+		Short: "Compare a window's serving quantities with a baseline and walk the incident signatures",
+		Long: `diagnose computes, for the window and for the baseline, every quantity serving incidents
+leave their signature on (tokens in/out, queue wait, prefill, TTFT, TPOT, decode, E2E,
 running/waiting/KV maxima, error rates, length stops, top retrieval score, wrong-script share),
 prints them side by side, and walks the hypotheses: queue-dominated overload, long prompts, long
 outputs, generation contention, retrieval drift or version change, wrong-language output, engine

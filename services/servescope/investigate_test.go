@@ -38,7 +38,8 @@ func run(t *testing.T, args ...string) (string, int, error) {
 }
 
 // TestInvestigationCommands runs diagnose and postmortem as the on-call engineer would, against a
-// fresh database: first empty (exit 2, a clear message), then holding the reference's crash.
+// fresh database: first empty (exit 2, a clear message), then holding a vLLM 0.10 crash
+// (docs/measurements.md, The crash).
 // It sets the process environment, so it does not run in parallel.
 func TestInvestigationCommands(t *testing.T) {
 	conn, cfg := testenv.ClickHouse(t)
@@ -55,7 +56,7 @@ func TestInvestigationCommands(t *testing.T) {
 		t.Errorf("diagnose without a window: exit %d, %v", code, err)
 	}
 
-	// The reference's crash, shipped into engine_logs five minutes ago.
+	// The crash, shipped into engine_logs five minutes ago.
 	f, err := os.Open(crashLog)
 	if err != nil {
 		t.Fatal(err)

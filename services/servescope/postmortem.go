@@ -24,7 +24,7 @@ func newPostmortemCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "postmortem",
-		Short: "Read an engine's death from its own log: timeline, last words, frames and the memory arithmetic (reference §5)",
+		Short: "Read an engine's death from its own log: timeline, last words, frames and the memory arithmetic",
 		Long: `postmortem reads the engine's log from engine_logs (or a vLLM log file with --log, "-" for
 standard input) and reconstructs the death: the stats lines before it (running, waiting, KV), the
 last words (exception, bytes requested, capacity, free), the innermost frames, and the check of

@@ -1,6 +1,6 @@
 // Command loadgen drives an OpenAI-compatible LLM server (vLLM, vllmsim, or servescope's gateway)
-// with the reference's four scenarios, or a custom one, and reports the client-side latencies and
-// the engine's own §3 figures. See package load for the measurement rules.
+// with the four workloads of docs/measurements.md, or a custom one, and reports the client-side
+// latencies and the engine's own figures for that page's table. See package load for the measurement rules.
 //
 //	loadgen run --target http://127.0.0.1:8000 --scenario overload [--json]
 //

@@ -4,7 +4,8 @@
 // embedding model and index versions, the cache result and the output checks.
 //
 // POST /admin/embedding-model {"version": "hash-embed-v2"} (bearer RAGDEMO_ADMIN_TOKEN) switches
-// the query-side embedding model without re-indexing: the silent retrieval failure of reference §4.
+// the query-side embedding model without re-indexing: the silent retrieval failure of
+// docs/measurements.md (Incidents no engine metric shows).
 package main
 
 import (

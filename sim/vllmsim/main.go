@@ -1,9 +1,9 @@
-// Command vllmsim is a vLLM-compatible engine simulator: vLLM's OpenAI API server on the wire,
-// its /metrics, its log lines and its OTLP spans, in front of a simulated engine (package engine)
-// calibrated on the reference's RTX 3060 measurements. It lets servescope's demo and tests run
-// without a GPU. --vllm-version selects whose formats it serves (0.8, 0.10 or main, the
-// default). Every flag can also be set with VLLMSIM_<NAME> (e.g. VLLMSIM_MAX_NUM_SEQS=128); a flag
-// given on the command line wins.
+// Command vllmsim is a vLLM-compatible engine simulator: vLLM's OpenAI API server on the wire, its
+// /metrics, its log lines and its OTLP spans, in front of a simulated engine (package engine)
+// calibrated on the RTX 3060 measurements of docs/measurements.md. It lets servescope's demo and
+// tests run without a GPU. --vllm-version selects whose formats it serves (0.8-v0, 0.8, 0.10 or
+// main, the default). Every flag can also be set with VLLMSIM_<NAME> (e.g.
+// VLLMSIM_MAX_NUM_SEQS=128); a flag given on the command line wins.
 //
 // Time: --time-scale N runs the simulation N times faster than the wall clock. Everything the
 // simulator reports (metrics, per-request metrics, spans, log timestamps) is in simulated seconds,

@@ -1,4 +1,4 @@
-// Command consumerbench is the engine of scripts/bench-consumer. In one run, on an isolated
+// Command bench-consumer is the engine of scripts/bench-consumer. In one run, on an isolated
 // subject prefix and ClickHouse databases that it removes afterwards, it measures:
 //
 //	(a) raw JetStream fetch+ack: a durable pull consumer fetching the pre-filled stream in pulls of
@@ -42,7 +42,7 @@ import (
 	"github.com/servescope/servescope/services/consumer/sink"
 )
 
-// Targets from issue 5.
+// Targets: the drain rate against the serial bound of (a) and (b), and the peak RSS (see above).
 const (
 	targetDrainRatio = 0.8
 	targetPeakRSSMB  = 300
@@ -68,14 +68,14 @@ func main() {
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if *consumerBin == "" {
-		fmt.Fprintln(os.Stderr, "consumerbench: -consumer is required")
+		fmt.Fprintln(os.Stderr, "bench-consumer: -consumer is required")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	res, err := run(ctx, log, *consumerBin, *events, *batchRows)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "consumerbench:", err)
+		fmt.Fprintln(os.Stderr, "bench-consumer:", err)
 		os.Exit(2)
 	}
 	b, _ := json.Marshal(res)
@@ -100,7 +100,7 @@ func run(ctx context.Context, log *slog.Logger, consumerBin string, n, batchRows
 	rawDB, consumerDB := chCfg, chCfg
 	rawDB.Database, consumerDB.Database = "bench_raw_"+id, "bench_consumer_"+id
 
-	nc, err := natsCfg.Connect("consumerbench")
+	nc, err := natsCfg.Connect("bench-consumer")
 	if err != nil {
 		return res, err
 	}
@@ -272,7 +272,7 @@ func rawClickHouse(ctx context.Context, db config.ClickHouse, evs []schema.Event
 // returns rows per second and the process's peak RSS in MB.
 func consumerDrain(ctx context.Context, log *slog.Logger, bin string, js jetstream.JetStream, topo bus.Topology,
 	natsCfg config.NATS, db config.ClickHouse, n, batchRows int) (float64, float64, error) {
-	logFile, err := os.CreateTemp("", "consumerbench-*.log")
+	logFile, err := os.CreateTemp("", "bench-consumer-*.log")
 	if err != nil {
 		return 0, 0, err
 	}

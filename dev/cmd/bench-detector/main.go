@@ -1,4 +1,4 @@
-// Command benchdetector measures every built-in detector rule's evaluation time on 1M and on 10M rows
+// Command bench-detector measures every built-in detector rule's evaluation time on 1M and on 10M rows
 // of history per landing table, with the same window and baseline, in one run (scripts/bench-detector).
 //
 // It creates two isolated databases and generates history in them with ClickHouse itself (INSERT …

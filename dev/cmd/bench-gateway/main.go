@@ -1,4 +1,4 @@
-// Command benchgw measures what the gateway adds to a request, side by side in one run: the same
+// Command bench-gateway measures what the gateway adds to a request, side by side in one run: the same
 // load goes straight to a fast fixed-response engine, through a bare httputil.ReverseProxy, and
 // through the gateway (recording and publishing to the real NATS named by SERVESCOPE_NATS_URL,
 // JetStream file storage, every event acknowledged), for streaming and non-streaming chat
@@ -32,10 +32,10 @@
 //     throughput ratio on cores with nothing else to run. On a shared machine the broker's CPU
 //     comes partly out of other tenants' share, which flatters the wall-clock ratio; this one
 //     charges it in full and hardly moves with the machine's load. It is reported beside the
-//     issue's wall-clock target (cpu_throughput_target_met), not folded into targets_met. The
+//     wall-clock target (cpu_throughput_target_met), not folded into targets_met. The
 //     server is shared, so other clients' work during a round counts too (for every path alike).
 //
-// The last line is one JSON object (DESIGN §5). Targets: the gateway's added p50 ≤ 1.5× and
+// The last line is one JSON object (scripts/bench reads it). Targets: the gateway's added p50 ≤ 1.5× and
 // added p99 ≤ 2× the bare proxy's, throughput ≥ 0.85× the bare proxy's, no event dropped, no
 // failed gateway request. It exits 1 when a target is missed.
 package main
@@ -393,7 +393,7 @@ func run(s settings) (bool, error) {
 	if ns.CPUThroughputRatio > 0 && st2.CPUThroughputRatio > 0 {
 		// The wall-clock ratio on a shared machine lets the broker's CPU come partly out of other
 		// tenants' share; the CPU-normalized ratio charges it in full, as cores of its own would.
-		// Reported beside the target, not folded into it.
+		// Reported beside the wall-clock target, not folded into it.
 		cpu := min(ns.CPUThroughputRatio, st2.CPUThroughputRatio)
 		out["cpu_throughput_ratio"] = cpu
 		out["cpu_throughput_target_met"] = cpu >= s.targetThrough

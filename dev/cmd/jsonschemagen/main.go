@@ -24,7 +24,7 @@ func main() {
 }
 
 func run(src, out string) error {
-	files, err := gen.Files(src)
+	files, err := jsonschemagen.Files(src)
 	if err != nil {
 		return err
 	}

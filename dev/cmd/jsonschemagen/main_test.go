@@ -14,7 +14,7 @@ func TestRunWritesEveryFile(t *testing.T) {
 	if err := run("../../../schema", out); err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	want, err := gen.Files("../../../schema")
+	want, err := jsonschemagen.Files("../../../schema")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestRunWritesEveryFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, doc) {
-			t.Errorf("%s differs from gen.Files", name)
+			t.Errorf("%s differs from jsonschemagen.Files", name)
 		}
 	}
 }

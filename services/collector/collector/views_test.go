@@ -105,7 +105,8 @@ func TestEngineViews(t *testing.T) {
 	// dup keeps the event_id: the consumer wrote the same event twice.
 	rows = append(rows, dup, sampleRow{id: "a-down", at: 15 * time.Second, engine: "a", up: false})
 
-	// Engine "c": every §3 histogram; 10 requests per 10 s with known means, and a baseline
+	// Engine "c": every per-request histogram of the overload workload (docs/measurements.md,
+	// Four workloads); 10 requests per 10 s with known means, and a baseline
 	// sample 5 s before the window.
 	means := map[string]float64{
 		"request_queue_time_seconds": 0.472, "request_prefill_time_seconds": 0.288, "time_to_first_token_seconds": 0.853,

@@ -47,8 +47,8 @@ func (c *collected) all() []*schema.EngineLog {
 
 var clock = func() time.Time { return time.Date(2025, 9, 12, 0, 0, 0, 0, time.UTC) }
 
-// TestCrashLogStream ships the reference's crash log from a stream and checks what an operator
-// reads from engine_logs after the engine is gone (§5).
+// TestCrashLogStream ships a vLLM 0.10 crash log (docs/measurements.md, The crash) from a stream
+// and checks what an operator reads from engine_logs after the engine is gone.
 func TestCrashLogStream(t *testing.T) {
 	raw, err := os.ReadFile("../vllmlog/testdata/v0_10_crash.log")
 	if err != nil {

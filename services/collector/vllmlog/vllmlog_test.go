@@ -68,9 +68,10 @@ func u32(v uint32) *uint32   { return &v }
 func u64(v uint64) *uint64   { return &v }
 func f64(v float64) *float64 { return &v }
 
-// TestCrashLog checks the facts the reference's crash diagnosis reads from a vLLM 0.10 log (§5),
-// in the shape vLLM's engine core prints it: the scheduler state dumped at the failing step, the
-// logged traceback, the API server's reaction, and the traceback multiprocessing prints again.
+// TestCrashLog checks the facts a crash diagnosis reads (docs/measurements.md, The crash) from a
+// vLLM 0.10 log in the shape vLLM's engine core prints it: the scheduler state dumped at the
+// failing step, the logged traceback, the API server's reaction, and the traceback
+// multiprocessing prints again.
 func TestCrashLog(t *testing.T) {
 	recs := parseFile(t, "v0_10_crash.log")
 	var stats []*Stats

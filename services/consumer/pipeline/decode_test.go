@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servescope/servescope/dev/benchcpu"
 	"github.com/servescope/servescope/dev/eventgen"
 	"github.com/servescope/servescope/schema"
 )
@@ -110,19 +111,25 @@ func BenchmarkDecode(b *testing.B) {
 	now := time.Now()
 	b.Run("pipeline", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))
+		b.ReportAllocs()
+		stop := benchcpu.Start(b)
 		for b.Loop() {
 			if _, err := decode(subject, data, now); err != nil {
 				b.Fatal(err)
 			}
 		}
+		stop()
 	})
 	b.Run("schema", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))
+		b.ReportAllocs()
+		stop := benchcpu.Start(b)
 		for b.Loop() {
 			if _, err := schema.DecodeAt(subject, data, now); err != nil {
 				b.Fatal(err)
 			}
 		}
+		stop()
 	})
 }
 

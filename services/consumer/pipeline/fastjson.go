@@ -15,6 +15,16 @@ import (
 // other arrays, malformed JSON. Giving up is always safe, since the caller then uses encoding/json. What it accepts it
 // decodes exactly as encoding/json would (same number parsing, time.Time's own UnmarshalJSON),
 // which FuzzDecodeMatchesSchema checks.
+//
+// It is kept beside gjson (which the gateway uses) because it pays on the consumer's hot path,
+// where every message is decoded: the bar for a second JSON reader is 1.5×, and gjson, handing
+// the same members to the same setters (scanFlatObjectGJSON in the benchmark), needs a validation
+// pass and a walk where this reader needs one pass. Measured side by side in one run
+// (BenchmarkFlatDecode: CPU time of the benchmark's thread, medians of 10 runs, 2 shared cores):
+// a gateway request.finished in 1.18 µs here, 2.21 µs with gjson (1.88×), 12.5 µs with
+// encoding/json (10.6×, 26 allocations against 7); a request.started in 0.74 µs, 1.50 µs (2.02×)
+// and 4.97 µs (6.7×). A whole decode of a request.finished, validation included
+// (BenchmarkDecode), takes 2.6 µs, and would take about 3.7 µs with gjson.
 
 // jsonValue is one value: typ is '"' (s holds the string without quotes), 'n' (a number, s holds
 // its text), 't', 'f', or '[' (an array of strings, held in items). raw is the value's bytes as
@@ -295,8 +305,15 @@ func setHeader(h *schema.Header, x *schema.Versions, key string, v jsonValue) (h
 
 // fastRequestFinished decodes the usual request.finished; ok is false when it cannot.
 func fastRequestFinished(text string) (*schema.RequestFinished, bool) {
+	return readRequestFinished(text, scanFlatObject)
+}
+
+// flatScanner calls set for each member of a flat JSON object (see scanFlatObject).
+type flatScanner func(text string, set func(key string, v jsonValue) bool) bool
+
+func readRequestFinished(text string, scan flatScanner) (*schema.RequestFinished, bool) {
 	e := &schema.RequestFinished{}
-	ok := scanFlatObject(text, func(key string, v jsonValue) bool {
+	ok := scan(text, func(key string, v jsonValue) bool {
 		if handled, ok := setHeader(&e.Header, &e.Versions, key, v); handled {
 			return ok
 		}
@@ -382,8 +399,12 @@ func fastRequestFinished(text string) (*schema.RequestFinished, bool) {
 
 // fastRequestStarted decodes the usual request.started; ok is false when it cannot.
 func fastRequestStarted(text string) (*schema.RequestStarted, bool) {
+	return readRequestStarted(text, scanFlatObject)
+}
+
+func readRequestStarted(text string, scan flatScanner) (*schema.RequestStarted, bool) {
 	e := &schema.RequestStarted{}
-	ok := scanFlatObject(text, func(key string, v jsonValue) bool {
+	ok := scan(text, func(key string, v jsonValue) bool {
 		if handled, ok := setHeader(&e.Header, &e.Versions, key, v); handled {
 			return ok
 		}

@@ -4,13 +4,12 @@
 package alerting
 
 import (
-	"fmt"
-	"hash/fnv"
 	"maps"
 	"math"
-	"sort"
 	"strconv"
 	"time"
+
+	"github.com/prometheus/common/model"
 )
 
 // State is an alert's lifecycle state.
@@ -41,7 +40,8 @@ func (s State) String() string {
 type Alert struct {
 	// Rule is the rule name (also the alertname label).
 	Rule string
-	// Fingerprint is the hex FNV-64a hash of Labels; it identifies the alert across restarts.
+	// Fingerprint is Labels' fingerprint as Prometheus and Alertmanager compute it (see
+	// [Fingerprint]); it identifies the alert across restarts and to receivers.
 	Fingerprint string
 	// Labels are the row's non-empty labels plus alertname and severity.
 	Labels map[string]string
@@ -78,21 +78,18 @@ func (a *Alert) clone() *Alert {
 	return &c
 }
 
-// Fingerprint hashes a label set (order-independent).
+// Fingerprint is the label set's fingerprint as Prometheus and Alertmanager compute it
+// (prometheus/common's model.LabelSet.Fingerprint: FNV-64a over the names in byte order, each
+// name and value followed by a 0xff byte), as 16 lower-case hex digits: the `fingerprint` of the
+// Alertmanager webhook payload and of the alerts and alert_deliveries tables. It is the same
+// value servescope computed with its own FNV-64a code before, so stored alerts keep their
+// identity (TestFingerprintMatchesStoredValues).
 func Fingerprint(labels map[string]string) string {
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		keys = append(keys, k)
+	ls := make(model.LabelSet, len(labels))
+	for k, v := range labels {
+		ls[model.LabelName(k)] = model.LabelValue(v)
 	}
-	sort.Strings(keys)
-	h := fnv.New64a()
-	for _, k := range keys {
-		_, _ = h.Write([]byte(k))
-		_, _ = h.Write([]byte{0xff})
-		_, _ = h.Write([]byte(labels[k]))
-		_, _ = h.Write([]byte{0xff})
-	}
-	return fmt.Sprintf("%016x", h.Sum64())
+	return ls.Fingerprint().String()
 }
 
 func formatFigure(v float64) string {

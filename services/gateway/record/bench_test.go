@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net/http"
 	"testing"
+
+	"github.com/servescope/servescope/dev/benchcpu"
 )
 
 // BenchmarkObserverFeedStream measures the per-stream cost of reading a vLLM chat stream with
@@ -14,12 +16,14 @@ func BenchmarkObserverFeedStream(b *testing.B) {
 	script, _ := NewScriptCheck(nil)
 	b.SetBytes(int64(len(in)))
 	b.ReportAllocs()
+	stop := benchcpu.Start(b)
 	for b.Loop() {
 		o := NewObserver(ObserverOptions{Endpoint: Chat, Script: script, StripUsage: true})
 		for _, ev := range events {
 			o.Feed(ev, t0)
 		}
 	}
+	stop()
 }
 
 // BenchmarkParseRequest measures reading a chat request body and asking for usage.

@@ -1,8 +1,9 @@
 package record
 
 import (
-	"bytes"
 	"strings"
+
+	"github.com/tidwall/gjson"
 )
 
 // errorFields gathers the members of a JSON object that may describe an error, in every shape
@@ -17,11 +18,11 @@ import (
 //     allowed, request validation where vLLM does not override it);
 //   - {"type": "error", "code", "message", "param"}: the error event of a Responses stream.
 type errorFields struct {
-	errV, object, typ, code, message, detail []byte
+	errV, object, typ, code, message, detail gjson.Result
 }
 
-func (e *errorFields) member(key, v []byte) {
-	switch string(key) {
+func (e *errorFields) member(key string, v gjson.Result) {
+	switch key {
 	case "error":
 		e.errV = v
 	case "object":
@@ -39,28 +40,26 @@ func (e *errorFields) member(key, v []byte) {
 
 // engineError returns the error the object describes, or nil.
 func (e *errorFields) engineError() *EngineError {
-	if e.errV != nil && !isNull(e.errV) {
-		if s, ok := strValue(e.errV); ok {
+	if given(e.errV) {
+		if s, ok := str(e.errV); ok {
 			return &EngineError{Message: strings.Clone(s)}
 		}
 		var inner errorFields
-		if objectEach(e.errV, func(k, v []byte) bool { inner.member(k, v); return true }) {
+		if eachMember(e.errV, inner.member) {
 			return inner.fields()
 		}
 	}
-	if obj, _ := strValue(e.object); obj == "error" {
+	if obj, _ := str(e.object); obj == "error" {
 		return e.fields()
 	}
-	if t, _ := strValue(e.typ); t == "error" && (e.message != nil || e.code != nil) {
+	if t, _ := str(e.typ); t == "error" && (e.message.Exists() || e.code.Exists()) {
 		return (&errorFields{code: e.code, message: e.message}).fields()
 	}
-	if e.detail != nil && !isNull(e.detail) {
-		if s, ok := strValue(e.detail); ok {
+	if given(e.detail) {
+		if s, ok := str(e.detail); ok {
 			return &EngineError{Message: strings.Clone(s)}
 		}
-		var b bytes.Buffer
-		b.Write(e.detail)
-		return &EngineError{Message: strings.ToValidUTF8(b.String(), "\uFFFD")}
+		return &EngineError{Message: strings.Clone(strings.ToValidUTF8(e.detail.Raw, "\uFFFD"))}
 	}
 	return nil
 }
@@ -78,12 +77,12 @@ func (e *errorFields) fields() *EngineError {
 }
 
 // rawText is a raw value as text: a string's content, a number's digits, "" for null or absent.
-func rawText(v []byte) string {
-	if s, ok := strValue(v); ok {
+func rawText(v gjson.Result) string {
+	if s, ok := str(v); ok {
 		return s
 	}
-	if len(v) == 0 || isNull(v) || v[0] == '{' || v[0] == '[' {
+	if !given(v) || v.IsObject() || v.IsArray() {
 		return ""
 	}
-	return bstr(v)
+	return v.Raw
 }

@@ -58,9 +58,8 @@ func FuzzObserverFeed(f *testing.F) {
 	})
 }
 
-// FuzzBodyMembers checks the incremental top-level reader of response bodies against the
-// hot-path walker (itself checked against gjson): on a valid object the same members, whatever
-// the pieces the body arrives in.
+// FuzzBodyMembers checks the incremental top-level reader of response bodies against gjson: on a
+// valid object the same members (raw keys, raw values), whatever the pieces the body arrives in.
 func FuzzBodyMembers(f *testing.F) {
 	for _, name := range []string{"chat.json", "error_nested.json", "error_flat.json", "responses.json", "embeddings.json", "error_unauthorized.json"} {
 		f.Add(golden(f, name), 7)
@@ -81,15 +80,15 @@ func FuzzBodyMembers(f *testing.F) {
 			t.Fatalf("valid object not read to its end: %q", in)
 		}
 		i := 0
-		objectEach(in, func(k, v []byte) bool {
-			if i >= len(s.members) || s.members[i].key != string(k) || !bytes.Equal(s.members[i].raw, v) {
-				t.Fatalf("member %d: scanner %+v, walker %s=%s", i, s.members, k, v)
+		gjson.ParseBytes(in).ForEach(func(k, v gjson.Result) bool {
+			if i >= len(s.members) || s.members[i].key != k.Raw[1:len(k.Raw)-1] || string(s.members[i].raw) != v.Raw {
+				t.Fatalf("member %d: scanner %+v, gjson %s=%s", i, s.members, k.Raw, v.Raw)
 			}
 			i++
 			return true
 		})
 		if i != len(s.members) {
-			t.Fatalf("scanner read %d members, walker %d", len(s.members), i)
+			t.Fatalf("scanner read %d members, gjson %d", len(s.members), i)
 		}
 	})
 }
@@ -142,42 +141,35 @@ func FuzzParseRequest(f *testing.F) {
 	})
 }
 
-// FuzzObjectEach checks the hot-path JSON walker against gjson on valid objects: same members,
-// same raw values; and no panic on anything.
-func FuzzObjectEach(f *testing.F) {
+// FuzzMembers checks the member offsets AskUsage splices at, on valid objects with any
+// whitespace around them: each value's bytes are one JSON value, preceded by its key, a colon and
+// nothing but whitespace; no member is missed.
+func FuzzMembers(f *testing.F) {
 	f.Add([]byte(`{"a":1,"b":"x\"y","c":{"d":[1,{"e":"]"}]},"f":null,"g":true}`))
-	f.Add([]byte(`{ "choices" : [ ] , "usage" : { "prompt_tokens" : 3 } }`))
-	f.Add([]byte(`{"s":"\\\\"}`))
+	f.Add([]byte(" \n{ \"choices\" : [ ] , \"usage\" : { \"prompt_tokens\" : 3 } }\t"))
+	f.Add([]byte(`{"s":"\\\\","k\u0065y":-1.5e3}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		var keys, vals []string
-		ok := objectEach(in, func(k, v []byte) bool {
-			keys = append(keys, string(k))
-			vals = append(vals, string(v))
-			return true
-		})
-		if !gjson.ValidBytes(in) || !gjson.ParseBytes(in).IsObject() {
+		if !gjson.ValidBytes(in) {
 			return
 		}
-		if !ok {
-			t.Fatalf("valid object not walked: %q", in)
+		ms, ok := members(in)
+		if ok != gjson.ParseBytes(in).IsObject() {
+			t.Fatalf("members ok=%v on %q", ok, in)
 		}
-		i := 0
-		gjson.ParseBytes(in).ForEach(func(k, v gjson.Result) bool {
-			if i >= len(keys) || keys[i] != k.Raw[1:len(k.Raw)-1] || vals[i] != v.Raw {
-				t.Fatalf("member %d: walker %q=%q, gjson %s=%s", i, at(keys, i), at(vals, i), k.Raw, v.Raw)
+		n := 0
+		gjson.ParseBytes(in).ForEach(func(_, _ gjson.Result) bool { n++; return true })
+		if ok && len(ms) != n {
+			t.Fatalf("%d members, gjson %d: %q", len(ms), n, in)
+		}
+		for _, m := range ms {
+			if !gjson.ValidBytes(in[m.start:m.end]) {
+				t.Fatalf("value %q of %q is not one JSON value", in[m.start:m.end], in)
 			}
-			i++
-			return true
-		})
-		if i != len(keys) {
-			t.Fatalf("walker saw %d members, gjson %d", len(keys), i)
+			before := bytes.TrimRight(in[:m.start], " \t\r\n")
+			before, colon := bytes.CutSuffix(before, []byte(":"))
+			if !colon || !bytes.HasSuffix(bytes.TrimRight(before, " \t\r\n"), []byte(`"`+string(m.key)+`"`)) {
+				t.Fatalf("value at %d of %q does not follow its key %q", m.start, in, m.key)
+			}
 		}
 	})
-}
-
-func at(s []string, i int) string {
-	if i < len(s) {
-		return s[i]
-	}
-	return "<none>"
 }

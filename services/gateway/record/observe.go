@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tidwall/gjson"
 )
 
 // Response is what the gateway learned from an engine response.
@@ -227,10 +229,10 @@ func (o *Observer) event(ev []byte, now time.Time) bool {
 		return false
 	}
 	if o.endpoint == Responses {
-		o.responsesEvent(data, now)
+		o.responsesEvent(parse(data), now)
 		return false
 	}
-	usageOnly := o.chunk(data, now)
+	usageOnly := o.chunk(parse(data), now)
 	if usageOnly && o.strip && !o.stripped && !o.Continuous {
 		o.stripped = true
 		o.holding = false // nothing else is removed
@@ -241,18 +243,18 @@ func (o *Observer) event(ev []byte, now time.Time) bool {
 
 // chunk reads one chat or text completion stream chunk and reports whether it is a usage-only
 // chunk: an empty choices array and a usage object.
-func (o *Observer) chunk(obj []byte, now time.Time) (usageOnly bool) {
-	var usage []byte
+func (o *Observer) chunk(obj gjson.Result, now time.Time) (usageOnly bool) {
+	var usage gjson.Result
 	choicesN := -1
 	var errObj errorFields
-	objectEach(obj, func(key, v []byte) bool {
-		switch string(key) {
+	eachMember(obj, func(key string, v gjson.Result) {
+		switch key {
 		case "id":
 			o.setID(v)
 		case "model":
 			o.setModel(v)
 		case "choices":
-			choicesN = arrayEach(v, func(c []byte) { o.streamChoice(c, now) })
+			choicesN = eachElement(v, func(c gjson.Result) { o.streamChoice(c, now) })
 		case "usage":
 			usage = v
 		case "metrics":
@@ -260,12 +262,11 @@ func (o *Observer) chunk(obj []byte, now time.Time) (usageOnly bool) {
 		default:
 			errObj.member(key, v)
 		}
-		return true
 	})
 	if e := errObj.engineError(); e != nil {
 		o.setError(e)
 	}
-	if usage == nil || isNull(usage) {
+	if !given(usage) {
 		return false
 	}
 	if choicesN > 0 {
@@ -279,45 +280,41 @@ func (o *Observer) chunk(obj []byte, now time.Time) (usageOnly bool) {
 }
 
 // streamChoice reads one choice of a stream chunk.
-func (o *Observer) streamChoice(c []byte, now time.Time) {
+func (o *Observer) streamChoice(c gjson.Result, now time.Time) {
 	index := -1
-	var finish, text, reasoning []byte
+	var finish, text, reasoning gjson.Result
 	var tools, hasRole bool
-	objectEach(c, func(key, v []byte) bool {
-		switch string(key) {
+	eachMember(c, func(key string, v gjson.Result) {
+		switch key {
 		case "index":
-			if n, err := strconv.Atoi(bstr(v)); err == nil && n >= 0 {
-				index = n
-			}
+			index = choiceIndex(v)
 		case "finish_reason":
 			finish = v
 		case "text":
 			text = v
 		case "delta":
-			objectEach(v, func(k, f []byte) bool {
-				switch string(k) {
+			eachMember(v, func(k string, f gjson.Result) {
+				switch k {
 				case "role":
 					hasRole = !isNull(f)
 				case "content":
 					text = f
 				case "reasoning_content", "reasoning":
-					if reasoning == nil || isNull(reasoning) {
+					if !given(reasoning) {
 						reasoning = f
 					}
 				case "tool_calls":
-					tools = arrayEach(f, func([]byte) {}) > 0
+					tools = eachElement(f, func(gjson.Result) {}) > 0
 				}
-				return true
 			})
 		}
-		return true
 	})
 	output := tools
-	if s, ok := strValue(reasoning); ok && s != "" {
+	if s, ok := str(reasoning); ok && s != "" {
 		output = true
 		o.addText(index, s)
 	}
-	if s, ok := strValue(text); ok && s != "" {
+	if s, ok := str(text); ok && s != "" {
 		output = true
 		o.addText(index, s)
 	}
@@ -333,21 +330,32 @@ func (o *Observer) streamChoice(c []byte, now time.Time) {
 		st.token(now)
 		o.choices.events++
 	}
-	if s, ok := strValue(finish); ok && s != "" {
+	if s, ok := str(finish); ok && s != "" {
 		st.finish = strings.Clone(s)
 	}
 }
 
+// choiceIndex is a choice's `index`, or -1 when it is not a non-negative integer.
+func choiceIndex(v gjson.Result) int {
+	if v.Type != gjson.Number {
+		return -1
+	}
+	if n, err := strconv.Atoi(v.Raw); err == nil && n >= 0 {
+		return n
+	}
+	return -1
+}
+
 // responsesEvent reads one /v1/responses stream event (OpenAI's ResponseStreamEvent types, which
 // vLLM's api_router writes as "event: <type>\ndata: <json>").
-func (o *Observer) responsesEvent(obj []byte, now time.Time) {
+func (o *Observer) responsesEvent(obj gjson.Result, now time.Time) {
 	var typ string
-	var response, delta []byte
+	var response, delta gjson.Result
 	var errObj errorFields
-	objectEach(obj, func(key, v []byte) bool {
-		switch string(key) {
+	eachMember(obj, func(key string, v gjson.Result) {
+		switch key {
 		case "type":
-			typ, _ = strValue(v)
+			typ, _ = str(v)
 			errObj.member(key, v)
 		case "response":
 			response = v
@@ -356,11 +364,10 @@ func (o *Observer) responsesEvent(obj []byte, now time.Time) {
 		default:
 			errObj.member(key, v)
 		}
-		return true
 	})
 	switch {
 	case strings.HasSuffix(typ, ".delta"):
-		s, ok := strValue(delta)
+		s, ok := str(delta)
 		if !ok || s == "" {
 			return
 		}
@@ -381,17 +388,17 @@ func (o *Observer) responsesEvent(obj []byte, now time.Time) {
 	case typ == "response.completed" || typ == "response.incomplete" || typ == "response.failed":
 		o.Terminal = true
 		o.responseObject(response)
-	case response != nil:
+	case response.Exists():
 		o.responseObject(response)
 	}
 }
 
 // responseFields are the members of a Responses API response object the gateway reads.
 type responseFields struct {
-	id, model, status, incomplete, usage, output, errV []byte
+	id, model, status, incomplete, usage, output, errV gjson.Result
 }
 
-func (r *responseFields) member(key string, v []byte) {
+func (r *responseFields) member(key string, v gjson.Result) {
 	switch key {
 	case "id":
 		r.id = v
@@ -411,9 +418,9 @@ func (r *responseFields) member(key string, v []byte) {
 }
 
 // responseObject reads the response object inside a Responses stream event.
-func (o *Observer) responseObject(v []byte) {
+func (o *Observer) responseObject(v gjson.Result) {
 	var r responseFields
-	objectEach(v, func(k, f []byte) bool { r.member(bstr(k), f); return true })
+	eachMember(v, r.member)
 	o.response(&r, false)
 }
 
@@ -422,30 +429,29 @@ func (o *Observer) responseObject(v []byte) {
 func (o *Observer) response(r *responseFields, withOutput bool) {
 	o.setID(r.id)
 	o.setModel(r.model)
-	if r.usage != nil && !isNull(r.usage) {
+	if given(r.usage) {
 		o.usage(r.usage)
 	}
 	if withOutput {
-		arrayEach(r.output, o.responseOutputItem)
+		eachElement(r.output, o.responseOutputItem)
 	}
-	if r.errV != nil && !isNull(r.errV) {
+	if given(r.errV) {
 		var e errorFields
-		objectEach(r.errV, func(k, f []byte) bool { e.member(k, f); return true })
+		eachMember(r.errV, e.member)
 		o.setError(e.fields())
 	}
 	// vLLM sets status "incomplete" (reason max_output_tokens) when the engine finished on
 	// "length", "completed" otherwise (vllm/entrypoints/openai/responses/serving.py).
-	status, _ := strValue(r.status)
+	status, _ := str(r.status)
 	reason := ""
 	switch status {
 	case "completed":
 		reason = "stop"
 	case "incomplete":
-		objectEach(r.incomplete, func(k, f []byte) bool {
-			if string(k) == "reason" {
-				reason, _ = strValue(f)
+		eachMember(r.incomplete, func(k string, f gjson.Result) {
+			if k == "reason" {
+				reason, _ = str(f)
 			}
-			return true
 		})
 		if reason == "max_output_tokens" {
 			reason = "length"
@@ -458,22 +464,20 @@ func (o *Observer) response(r *responseFields, withOutput bool) {
 
 // responseOutputItem reads one output item of a Responses API body: message text, reasoning text
 // and function call arguments are generated output.
-func (o *Observer) responseOutputItem(item []byte) {
-	objectEach(item, func(k, f []byte) bool {
-		switch string(k) {
+func (o *Observer) responseOutputItem(item gjson.Result) {
+	eachMember(item, func(k string, f gjson.Result) {
+		switch k {
 		case "content", "summary":
-			arrayEach(f, func(part []byte) {
-				objectEach(part, func(pk, pv []byte) bool {
-					if string(pk) == "text" {
-						if s, ok := strValue(pv); ok {
+			eachElement(f, func(part gjson.Result) {
+				eachMember(part, func(pk string, pv gjson.Result) {
+					if pk == "text" {
+						if s, ok := str(pv); ok {
 							o.addText(0, s)
 						}
 					}
-					return true
 				})
 			})
 		}
-		return true
 	})
 }
 
@@ -490,29 +494,29 @@ func (o *Observer) BodyEnd() {
 		}
 		return
 	}
-	o.setID(b.get("id"))
-	o.setModel(b.get("model"))
+	o.setID(parse(b.get("id")))
+	o.setModel(parse(b.get("model")))
 	switch o.endpoint {
 	case Responses:
-		if obj, _ := strValue(b.get("object")); obj == "response" {
+		if obj, _ := str(parse(b.get("object"))); obj == "response" {
 			var r responseFields
 			for _, m := range b.members {
-				r.member(m.key, m.raw)
+				r.member(m.key, parse(m.raw))
 			}
 			o.response(&r, true)
 		}
 	default:
-		arrayEach(b.get("choices"), o.bodyChoice)
-		if u := b.get("usage"); u != nil && !isNull(u) {
+		eachElement(parse(b.get("choices")), o.bodyChoice)
+		if u := parse(b.get("usage")); given(u) {
 			o.usage(u)
 		}
-		if m := b.get("metrics"); m != nil {
+		if m := parse(b.get("metrics")); m.Exists() {
 			o.metrics(m)
 		}
 	}
 	var e errorFields
 	for _, m := range b.members {
-		e.member([]byte(m.key), m.raw)
+		e.member(m.key, parse(m.raw))
 	}
 	if ee := e.engineError(); ee != nil {
 		o.setError(ee)
@@ -520,52 +524,48 @@ func (o *Observer) BodyEnd() {
 }
 
 // bodyChoice reads one choice of a non-streaming chat or text completion.
-func (o *Observer) bodyChoice(c []byte) {
+func (o *Observer) bodyChoice(c gjson.Result) {
 	index := -1
-	var finish []byte
-	objectEach(c, func(key, v []byte) bool {
-		switch string(key) {
+	var finish gjson.Result
+	eachMember(c, func(key string, v gjson.Result) {
+		switch key {
 		case "index":
-			if n, err := strconv.Atoi(bstr(v)); err == nil && n >= 0 {
-				index = n
-			}
+			index = choiceIndex(v)
 		case "finish_reason":
 			finish = v
 		case "text":
-			if s, ok := strValue(v); ok {
+			if s, ok := str(v); ok {
 				o.addText(index, s)
 			}
 		case "message":
-			objectEach(v, func(k, f []byte) bool {
-				switch string(k) {
+			eachMember(v, func(k string, f gjson.Result) {
+				switch k {
 				case "content", "reasoning_content", "reasoning":
-					if s, ok := strValue(f); ok {
+					if s, ok := str(f); ok {
 						o.addText(index, s)
 					}
 				}
-				return true
 			})
 		}
-		return true
 	})
 	if st := o.choices.at(index); st != nil {
-		if s, ok := strValue(finish); ok && s != "" {
+		if s, ok := str(finish); ok && s != "" {
 			st.finish = strings.Clone(s)
 		}
 	}
 }
 
-func (o *Observer) setID(v []byte) {
+func (o *Observer) setID(v gjson.Result) {
 	if o.ResponseID == "" {
-		if s, ok := strValue(v); ok {
+		if s, ok := str(v); ok {
 			o.ResponseID = strings.Clone(s)
 		}
 	}
 }
 
-func (o *Observer) setModel(v []byte) {
+func (o *Observer) setModel(v gjson.Result) {
 	if o.Model == "" {
-		if s, ok := strValue(v); ok {
+		if s, ok := str(v); ok {
 			o.Model = strings.Clone(s)
 		}
 	}
@@ -588,22 +588,20 @@ func (o *Observer) addText(index int, s string) {
 }
 
 // usage reads a final usage object in either vocabulary; false when v is not an object.
-func (o *Observer) usage(v []byte) bool {
-	ok := objectEach(v, func(k, f []byte) bool {
-		switch string(k) {
+func (o *Observer) usage(v gjson.Result) bool {
+	ok := eachMember(v, func(k string, f gjson.Result) {
+		switch k {
 		case "prompt_tokens", "input_tokens":
 			o.PromptTokens = u32(f)
 		case "completion_tokens", "output_tokens":
 			o.CompletionTokens = u32(f)
 		case "prompt_tokens_details", "input_tokens_details":
-			objectEach(f, func(k2, f2 []byte) bool {
-				if string(k2) == "cached_tokens" {
+			eachMember(f, func(k2 string, f2 gjson.Result) {
+				if k2 == "cached_tokens" {
 					o.CachedTokens = u32(f2)
 				}
-				return true
 			})
 		}
-		return true
 	})
 	o.Usage = o.Usage || ok
 	return ok
@@ -611,9 +609,9 @@ func (o *Observer) usage(v []byte) bool {
 
 // metrics reads vLLM's per-request timing object (build_per_request_timing_metrics in
 // vllm/entrypoints/generate/base/serving.py on main). It has no prefill time.
-func (o *Observer) metrics(v []byte) {
-	objectEach(v, func(k, f []byte) bool {
-		switch string(k) {
+func (o *Observer) metrics(v gjson.Result) {
+	eachMember(v, func(k string, f gjson.Result) {
+		switch k {
 		case "queue_time_ms":
 			o.QueueSeconds = msToS(f)
 		case "time_to_first_token_ms":
@@ -623,7 +621,6 @@ func (o *Observer) metrics(v []byte) {
 		case "mean_itl_ms":
 			o.EngineITLSeconds = msToS(f)
 		}
-		return true
 	})
 }
 
@@ -634,8 +631,8 @@ func (o *Observer) setError(e *EngineError) {
 	}
 }
 
-func u32(f []byte) *uint32 {
-	n, ok := numValue(f)
+func u32(f gjson.Result) *uint32 {
+	n, ok := num(f)
 	if !ok || n < 0 {
 		return nil
 	}
@@ -643,8 +640,8 @@ func u32(f []byte) *uint32 {
 	return &v
 }
 
-func msToS(f []byte) *float64 {
-	n, ok := numValue(f)
+func msToS(f gjson.Result) *float64 {
+	n, ok := num(f)
 	if !ok || n < 0 {
 		return nil
 	}

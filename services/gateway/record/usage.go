@@ -2,7 +2,6 @@ package record
 
 import (
 	"bytes"
-	"slices"
 
 	"github.com/tidwall/gjson"
 )
@@ -66,7 +65,7 @@ func AskUsage(body []byte) ([]byte, bool) {
 		return splice(body, last.end, last.end, `,"stream_options":`+ask), true
 	}
 	val := body[opts.start:opts.end]
-	if isNull(val) {
+	if string(val) == "null" {
 		return splice(body, opts.start, opts.end, ask), true
 	}
 	inner, ok := members(val)
@@ -82,12 +81,12 @@ func AskUsage(body []byte) ([]byte, bool) {
 		v := val[m.start:m.end]
 		switch string(m.key) {
 		case "include_usage":
-			if include != nil || !(isNull(v) || string(v) == "false") {
+			if include != nil || !(string(v) == "null" || string(v) == "false") {
 				return body, false
 			}
 			include = m
 		case "continuous_usage_stats":
-			if !(isNull(v) || string(v) == "false") {
+			if !(string(v) == "null" || string(v) == "false") {
 				return body, false
 			}
 		}
@@ -112,49 +111,19 @@ type member struct {
 	start, end int
 }
 
-// members returns the members of the JSON object that is the whole of b, and false when b is not
-// exactly one well-formed object (with its values only skipped, not validated in depth).
+// members returns the members of the object that is the whole of b, which must be valid JSON
+// (gjson.Valid), with the offsets of their values in b; false when b is not an object.
 func members(b []byte) ([]member, bool) {
-	var out []member
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
+	root := parse(b)
+	if !root.IsObject() {
 		return nil, false
 	}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return out, skipSpace(b, i+1) == len(b)
-	}
-	for i < len(b) {
-		if b[i] != '"' {
-			return nil, false
-		}
-		end, ok := skipString(b, i)
-		if !ok {
-			return nil, false
-		}
-		key := b[i+1 : end-1]
-		i = skipSpace(b, end)
-		if i >= len(b) || b[i] != ':' {
-			return nil, false
-		}
-		i = skipSpace(b, i+1)
-		vend, ok := skipValue(b, i)
-		if !ok {
-			return nil, false
-		}
-		out = append(out, member{key: key, start: i, end: vend})
-		i = skipSpace(b, vend)
-		if i >= len(b) {
-			return nil, false
-		}
-		switch b[i] {
-		case '}':
-			return slices.Clip(out), skipSpace(b, i+1) == len(b)
-		case ',':
-			i = skipSpace(b, i+1)
-		default:
-			return nil, false
-		}
-	}
-	return nil, false
+	// Index is a key's or value's offset in b (gjson.Parse gives the root its offset after the
+	// leading whitespace, and ForEach adds it).
+	var out []member
+	root.ForEach(func(k, v gjson.Result) bool {
+		out = append(out, member{key: b[k.Index+1 : k.Index+len(k.Raw)-1], start: v.Index, end: v.Index + len(v.Raw)})
+		return true
+	})
+	return out, true
 }

@@ -6,7 +6,8 @@ import (
 	"strings"
 )
 
-// Branch IDs, in the order the diagnosis walks them (reference §4 and its "Try it now").
+// Branch IDs, in the order the diagnosis walks them (docs/measurements.md, From symptom to
+// quantity).
 const (
 	BranchQueueOverload        = "queue_overload"
 	BranchLongPrompt           = "long_prompt"
@@ -24,12 +25,12 @@ const (
 	StatusNoData  = "no data" // the quantities this branch needs were not recorded
 )
 
-// Thresholds. The reference sets alert thresholds relative to a normal day of the same system;
-// these are the ratios to the baseline, plus the absolute floors used only when the baseline has
+// Thresholds. Alert thresholds are relative to a normal day of the same system (docs/measurements.md,
+// What the detector's thresholds rest on); these are the ratios to the baseline, plus the absolute floors used only when the baseline has
 // no records (then the report says so).
 const (
-	// QueueWaitMinS is the mean queue wait above which requests are waiting for a slot: the
-	// reference's scenarios read exactly 0.000 s unless overloaded (0.472 s).
+	// QueueWaitMinS is the mean queue wait above which requests are waiting for a slot: the four
+	// measured workloads read exactly 0.000 s unless overloaded (0.472 s; docs/measurements.md).
 	QueueWaitMinS = 0.05
 	// QueueDominantShare is the share of TTFT the queue wait must reach to dominate it
 	// (overload: 0.472 of 0.853 s = 55%).
@@ -54,9 +55,9 @@ const (
 	// RetrievalDropAbs and RetrievalDropRel: the median top score must fall by both to count as drift.
 	RetrievalDropAbs = 0.10
 	RetrievalDropRel = 0.15
-	// WrongScriptMinShare is the share of answers with foreign-script letters worth a finding
-	// (reference lesson 12: 4 of 32 = 12.5%); with a baseline it must also be twice the baseline
-	// plus WrongScriptMinRise.
+	// WrongScriptMinShare is the share of answers with foreign-script letters worth a finding (the
+	// wrong-language incident of docs/measurements.md had 4 of 32 = 12.5%); with a baseline it must
+	// also be twice the baseline plus WrongScriptMinRise.
 	WrongScriptMinShare = 0.05
 	WrongScriptMinRise  = 0.02
 	// ServerErrorMinShare is the share of 5xx answers that makes a burst (with a baseline, also
@@ -64,15 +65,18 @@ const (
 	ServerErrorMinShare = 0.01
 	// KVLowShare is the KV usage below which the KV cache is not what ran out.
 	KVLowShare = 0.5
-	// DefaultMaxNumSeqs is vLLM's default slot limit (--max-num-seqs) on GPUs like the reference's.
+	// DefaultMaxNumSeqs is vLLM's default slot limit (--max-num-seqs) for the OpenAI server on GPUs
+	// under 70 GiB and on A100s (larger GPUs default to 1024: get_batch_defaults in
+	// vllm/engine/arg_utils.py on main, _set_default_args_v1 at v0.10).
 	DefaultMaxNumSeqs = 256
 )
 
-// Branch is one hypothesis of reference §4 walked against the numbers.
+// Branch is one hypothesis of docs/measurements.md's From symptom to quantity walked against the
+// numbers.
 type Branch struct {
 	// ID is one of the Branch constants.
 	ID string `json:"id"`
-	// Title is the hypothesis in the reference's words.
+	// Title is the hypothesis as that page words it.
 	Title string `json:"title"`
 	// Status is StatusFinding, StatusClear or StatusNoData.
 	Status string `json:"status"`
@@ -158,7 +162,7 @@ func queueOverload(cur, base *Stats) Branch {
 	} else {
 		br.NotRuledOut = "a loss of capacity rather than more load: the arrival rate did not rise, so check the engine's step time and replicas"
 	}
-	br.Action = "limit the load or add machines (lesson 07); watch waiting and queue wait over time"
+	br.Action = "limit the load or add machines; watch waiting and queue wait over time"
 	return br
 }
 
@@ -205,13 +209,13 @@ func longPrompt(cur, base *Stats, hasBase bool) Branch {
 	}
 	switch {
 	case cur.CachedShare != nil && *cur.CachedShare >= PrefixCacheHidingShare:
-		br.NotRuledOut = fmt.Sprintf("a far higher TTFT for different long prompts: the prefix cache served %s of the prompt tokens and hides the prefill cost (lesson 09: ~1.55 s for 2,843 uncached tokens)", pct(*cur.CachedShare))
+		br.NotRuledOut = fmt.Sprintf("a far higher TTFT for different long prompts: the prefix cache served %s of the prompt tokens and hides the prefill cost (an RTX 3060 took ~1.55 s to prefill 2,843 uncached tokens of Qwen2.5-7B)", pct(*cur.CachedShare))
 	case cur.CachedShare == nil:
 		br.NotRuledOut = "that the prefix cache hides part of the prefill cost: cached_tokens was not recorded, so the timings may understate it"
 	default:
 		br.NotRuledOut = "a change of input workload rather than of the prompt template: compare prompt_version between the windows"
 	}
-	br.Action = "shorten the prompt or reuse a common prefix so the prefix cache serves it (lesson 09); check the prompt version"
+	br.Action = "shorten the prompt or reuse a common prefix so the prefix cache serves it; check the prompt version"
 	return br
 }
 
@@ -303,9 +307,9 @@ func generationContention(cur, base *Stats, hasBase bool) Branch {
 	br.Status = StatusFinding
 	br.Conclusion = fmt.Sprintf("the generation phase is %.1f times slower per token for the same output length: resource contention in decoding", r)
 	if rr, ok := ratio(cur.RunningMax, base.RunningMax); ok && rr >= RiseRatio {
-		br.Conclusion += "; the running batch grew with it (batch too large, lesson 05)"
+		br.Conclusion += "; the running batch grew with it (batch too large)"
 		br.NotRuledOut = "a slower GPU step (throttling, a co-located workload) adding to the larger batch"
-		br.Action = "cap --max-num-seqs or add capacity (lesson 05: a large batch leaves the bandwidth-bound regime)"
+		br.Action = "cap --max-num-seqs or add capacity (a large batch leaves the memory-bandwidth-bound regime: each step computes more)"
 	} else {
 		br.NotRuledOut = "contention from outside the batch (a co-located workload, GPU throttling): the running count did not grow"
 		br.Action = "compare against concurrent load on the GPU and the engine's step time; cap --max-num-seqs if the batch grows"
@@ -339,7 +343,7 @@ func retrievalDrift(cur, base *Stats, hasBase bool) Branch {
 	switch {
 	case drop && (changed != "" || mixed != ""):
 		br.Status = StatusFinding
-		br.Conclusion = "the top passage score fell with a retrieval version change: an incompatible encoder or index (lesson 10)"
+		br.Conclusion = "the top passage score fell with a retrieval version change: an incompatible encoder or index"
 		br.NotRuledOut = "that the questions changed at the same time"
 	case drop:
 		br.Status = StatusFinding
@@ -358,7 +362,7 @@ func retrievalDrift(cur, base *Stats, hasBase bool) Branch {
 		}
 		return br
 	}
-	br.Action = "check the retrieval pipeline: embedding model and index versions must match; re-embed or roll back (lesson 10)"
+	br.Action = "check the retrieval pipeline: embedding model and index versions must match; re-embed or roll back"
 	return br
 }
 
@@ -386,7 +390,7 @@ func wrongLanguage(cur, base *Stats, hasBase bool) Branch {
 		br.Evidence = append(br.Evidence, "new "+changed)
 	}
 	br.NotRuledOut = "legitimate foreign names or quotations: the check counts letters, not languages"
-	br.Action = "check the model, the prompt and the decoding settings; add a dedicated output rule (lesson 12)"
+	br.Action = "check the model, the prompt and the decoding settings; add a dedicated output rule"
 	return br
 }
 

@@ -1,8 +1,9 @@
-// Package diagnose does the reading of reference §3 and §4 for the on-call engineer: it computes,
-// from the recorded data in ClickHouse, every quantity the reference's four scenarios left their
-// signature on, for an incident window and for a baseline, and walks the hypotheses of §4 (and
-// its "Try it now") against them. Every conclusion names the numbers behind it and the
-// alternative those numbers could not rule out; no finding is a valid result.
+// Package diagnose reads serving incidents for the on-call engineer: it computes, from the recorded
+// data in ClickHouse, every quantity the four measured workloads of docs/measurements.md left their
+// signature on, for an incident window and for a baseline, and walks the hypotheses of that page's
+// "From symptom to quantity" (the symptom table and its three branches for a slow E2E) against
+// them. Every conclusion names the numbers behind it and the alternative those numbers could not
+// rule out; no finding is a valid result.
 //
 // Sources: per-request quantities come from the gateway's `requests` rows, with the engine's own
 // timings filled from its spans and TTFT from arrival as `request_facts` gives them; without
@@ -25,7 +26,8 @@ import (
 )
 
 // DefaultBaseline is how far before the window the baseline reaches when none is given: a normal
-// day of the same system (reference §6: thresholds relative to a normal day, not to a book).
+// day of the same system, because the normal signature itself depends on prompt and answer
+// lengths (docs/measurements.md, What the detector's thresholds rest on).
 const DefaultBaseline = 24 * time.Hour
 
 // ErrNoData is wrapped by Run's error when the window holds no record in any table.
@@ -53,7 +55,7 @@ type Report struct {
 	// HasBaseline is false when the baseline held no records; branches then fall back to the
 	// absolute floors documented with the thresholds.
 	HasBaseline bool `json:"has_baseline"`
-	// Rows are the quantities of reference §3 in print order.
+	// Rows are the quantities of docs/measurements.md's Four workloads table, in print order.
 	Rows []Row `json:"rows"`
 	// Branches are every hypothesis walked, in order; Findings lists the IDs with StatusFinding.
 	Branches []Branch `json:"branches"`

@@ -19,8 +19,8 @@ import (
 	"github.com/servescope/servescope/services/servescope/diagnose"
 )
 
-// scenario is one row of reference §3's table: per-request averages and sampled maxima measured on
-// Qwen2.5-7B-Instruct-AWQ on one RTX 3060.
+// scenario is one column of docs/measurements.md's Four workloads table: per-request averages and
+// sampled maxima measured on Qwen2.5-7B-Instruct-AWQ on one RTX 3060.
 type scenario struct {
 	name                       string
 	rate                       float64 // requests per second
@@ -36,8 +36,9 @@ var (
 	overload   = scenario{"overload", 14, 44, 128, 0, 0.472, 0.288, 0.853, 0.147, 18.61, 19.46, 256, 44, 0.280, 128}
 	longPrompt = scenario{"long prompt", 1, 2905, 64, 2880, 0, 0.082, 0.120, 0.017, 1.06, 1.18, 4, 0, 0.041, 64}
 	longOutput = scenario{"long output", 1, 44, 1024, 0, 0, 0.062, 0.083, 0.026, 26.54, 26.62, 33, 0, 0.261, 1024}
-	// contention is the reference's "Try it now": E2E up several-fold with TTFT, queue and the
-	// running count normal and the same outputs — the time between tokens is what grew.
+	// contention is the slow-E2E case of docs/measurements.md, From symptom to quantity: E2E up
+	// several-fold with TTFT, queue and the running count normal and the same outputs — the time
+	// between tokens is what grew.
 	contention = scenario{"contention", 2, 44, 128, 0, 0, 0.036, 0.051, 0.098, 12.45, 12.50, 12, 0, 0.014, 128}
 )
 
@@ -73,7 +74,7 @@ func newDB(t *testing.T) *db {
 }
 
 // jitter spreads a value ±10% around its mean over consecutive requests (a zero-mean pattern over
-// every 4 requests), so the window's mean stays the reference's and p95 differs from p50.
+// every 4 requests), so the window's mean stays the measured one and p95 differs from p50.
 func jitter(v float64, i int) float64 { return v * (1 + 0.1*[]float64{-1, 1, -0.5, 0.5}[i%4]) }
 
 func f64(v float64) *float64 { return &v }
@@ -227,8 +228,8 @@ func branch(t *testing.T, rep diagnose.Report, id string) diagnose.Branch {
 
 func near(got *float64, want, tol float64) bool { return got != nil && math.Abs(*got-want) <= tol }
 
-// TestScenarios writes each scenario of reference §3 (and the retrieval and output cases of §4)
-// after a normal baseline, runs the diagnosis on the scenario's window and checks the branch it
+// TestScenarios writes each workload of docs/measurements.md (and its retrieval and output
+// incidents) after a normal baseline, runs the diagnosis on the scenario's window and checks the branch it
 // lands in and the numbers it names.
 func TestScenarios(t *testing.T) {
 	t.Parallel()
@@ -356,7 +357,7 @@ func TestScenarios(t *testing.T) {
 		{
 			name: "wrong language", window: normal, findings: []string{diagnose.BranchWrongLanguage},
 			bOpts: rowOpts{wrongOf: 1000},
-			wOpts: rowOpts{wrongOf: 8}, // 4 of every 32 answers, as in lesson 12
+			wOpts: rowOpts{wrongOf: 8}, // 4 of every 32 answers, as in docs/measurements.md
 			check: func(t *testing.T, rep diagnose.Report) {
 				if !near(rep.Current.WrongScriptShare, 0.125, 1e-9) {
 					t.Errorf("wrong-script share = %v, want 0.125", deref(rep.Current.WrongScriptShare))

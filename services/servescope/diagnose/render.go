@@ -68,7 +68,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}
 	if len(r.Findings) == 0 {
-		b.WriteString("no finding: none of the signatures of reference §4 is in this window\n")
+		b.WriteString("no finding: none of the incident signatures is in this window\n")
 	} else {
 		fmt.Fprintf(&b, "findings: %s\n", strings.Join(r.Findings, ", "))
 	}

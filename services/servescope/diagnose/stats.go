@@ -37,8 +37,8 @@ func (r Range) String() string {
 	return r.From.UTC().Format(time.RFC3339) + " → " + r.To.UTC().Format(time.RFC3339)
 }
 
-// Stats are the quantities of reference §3 (and the fields of §1 that only the application
-// records) over one time range. Pointers are nil when no record carried the quantity.
+// Stats are the quantities of docs/measurements.md's Four workloads table (and the fields only the
+// application records: retrieval scores, output checks) over one time range. Pointers are nil when no record carried the quantity.
 // Durations are seconds, token counts are tokens per request, shares are fractions 0..1.
 type Stats struct {
 	// Requests is the number of requests that arrived in the range (gateway records, or engine

@@ -57,8 +57,9 @@ func shift(lines []schema.EngineLog, start time.Time, eng string) []schema.Engin
 	return out
 }
 
-// TestLoadFromClickHouse stores two engines' logs in engine_logs — one that died in the
-// reference's crash, one that died unexplained an hour earlier — and reads each death back.
+// TestLoadFromClickHouse stores two engines' logs in engine_logs — one that died as in
+// docs/measurements.md, The crash, one that died unexplained an hour earlier — and reads each
+// death back.
 func TestLoadFromClickHouse(t *testing.T) {
 	t.Parallel()
 	conn, _ := testenv.ClickHouse(t)
@@ -112,8 +113,8 @@ func TestLoadFromClickHouse(t *testing.T) {
 	}
 }
 
-// TestVLLMSimCrashLog reads the log vllmsim writes when its simulated engine dies the reference's
-// death, in each vLLM release's format and in JSON, through the same reader as any vLLM log: the
+// TestVLLMSimCrashLog reads the log vllmsim writes when its simulated engine dies the measured
+// death (docs/measurements.md, The crash), in each vLLM release's format and in JSON, through the same reader as any vLLM log: the
 // V1 releases' float32 penalty product reads 112 MiB for 193 running, V0's float16 one 56 MiB.
 func TestVLLMSimCrashLog(t *testing.T) {
 	for _, tc := range []struct {

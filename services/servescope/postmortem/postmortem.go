@@ -1,5 +1,5 @@
-// Package postmortem reads an engine's death from its own log, as reference §5 does: the stats
-// timeline before the death (running, waiting, KV cache usage, of the engine that died), the last
+// Package postmortem reads an engine's death from its own log (docs/measurements.md, The crash, is
+// the worked example): the stats timeline before the death (running, waiting, KV cache usage, of the engine that died), the last
 // words (the exception, the bytes requested, the GPU's capacity and free memory), the innermost
 // frames, and one multiplication — bytes requested against running × the tensor's columns × its
 // element size, for the tensor the innermost frame's statement allocates (its shape and dtype as
@@ -399,7 +399,8 @@ func codeLineBefore(lines []schema.EngineLog, death int, frames []string) string
 	return ""
 }
 
-// explain walks reference §5's reading: KV usage, the multiplication, the stack.
+// explain reads the death as docs/measurements.md, The crash, does: KV usage, the multiplication,
+// the stack.
 func (r *Report) explain(opts Options) {
 	lw := r.LastWords
 	var lastKV *float64
@@ -674,7 +675,7 @@ func (r *Report) typeOneFix(req int64) []string {
 	if r.GPUMemoryUtilization != "" {
 		util += " from " + r.GPUMemoryUtilization
 	}
-	fix := []string{util + " (the reference went from 0.90 to 0.85 and the same load queued instead of dying): the memory outside the engine's budget is where these temporaries live"}
+	fix := []string{util + " (an RTX 3060 that died this way at 193 running and 0.90 queued the same load at 0.85): the memory outside the engine's budget is where these temporaries live"}
 	capText := fmt.Sprintf("or cap --max-num-seqs: the tensor grows by %s per running sequence (%s at %d running)", FormatSize(row), mibText(int64(a.Running)*row), a.Running)
 	if free := r.LastWords.FreeBytes; free != nil && int64(*free) >= row {
 		capText += fmt.Sprintf("; the %s that was free would have held it for at most %d sequences", FormatSize(int64(*free)), int64(*free)/row)

@@ -63,11 +63,11 @@ func checkGolden(t *testing.T, name string, rep postmortem.Report) {
 	}
 }
 
-// TestReferenceCrash reproduces reference §5's reading from logs in the shapes of vLLM 0.8 and
-// 0.10 (V1 engine): 193 running, KV 15.9%, 112 MiB requested = 193 × 152,064 × 4 bytes, the float32
+// TestMeasuredCrash reproduces the reading of docs/measurements.md, The crash, from logs in the
+// shapes of vLLM 0.8 and 0.10 (V1 engine): 193 running, KV 15.9%, 112 MiB requested = 193 × 152,064 × 4 bytes, the float32
 // product frequency_penalties × output_bin_counts in vllm/model_executor/layers/utils.py
 // apply_penalties → type one limit.
-func TestReferenceCrash(t *testing.T) {
+func TestMeasuredCrash(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		running []uint32
@@ -361,8 +361,9 @@ func FuzzReadLog(f *testing.F) {
 	})
 }
 
-// TestStackAndKVCaveats: the byte count alone cannot name the tensor (reference §5's self-check),
-// and a full KV cache next to a logits-sized failure is named as not ruled out.
+// TestStackAndKVCaveats: the byte count alone cannot name the tensor (another tensor of the same
+// size could match; the stack names it), and a full KV cache next to a logits-sized failure is
+// named as not ruled out.
 func TestStackAndKVCaveats(t *testing.T) {
 	base := readLog(t, "v0_10_type_one.log")
 	var noStack []schema.EngineLog

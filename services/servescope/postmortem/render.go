@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// WriteText prints the report as reference §5 reads a crash: the timeline, the last words, the
-// frames, the reasoning with its arithmetic, the verdict and the fix.
+// WriteText prints the report in the order a crash is read (docs/measurements.md, The crash): the
+// timeline, the last words, the frames, the reasoning with its arithmetic, the verdict and the fix.
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "postmortem of engine %s (%s, %d lines)\n", orDash(r.Engine), r.Source, r.Lines)

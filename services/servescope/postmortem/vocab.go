@@ -6,7 +6,8 @@ import (
 )
 
 // DefaultVocabSize is Qwen2.5-7B's vocabulary (config.json vocab_size, the logits' width), the
-// reference's model, used when neither --vocab-size nor a known model name gives one.
+// model of the measurements servescope is calibrated on (docs/measurements.md), used when neither
+// --vocab-size nor a known model name gives one.
 const DefaultVocabSize = 152064
 
 // knownVocab maps model-name patterns (case-insensitive, matched against the model id, e.g.
@@ -31,7 +32,7 @@ var knownVocab = []struct {
 const (
 	VocabFromFlag    = "--vocab-size"
 	VocabFromModel   = "known model"
-	VocabFromDefault = "default (Qwen2.5-7B, the reference's model)"
+	VocabFromDefault = "the default, Qwen2.5-7B's"
 )
 
 // VocabSize picks the vocabulary size: the flag when set, the table entry for model when known,

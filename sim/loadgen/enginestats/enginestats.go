@@ -1,8 +1,8 @@
 // Package enginestats reads a vLLM server's /metrics (Prometheus text format, parsed with
-// prometheus/common/expfmt) into the figures of the reference's §3 table: per-request averages
-// from the difference of histogram sums and counts between two scrapes, and maxima of the
-// instantaneous gauges sampled during a run. Series of the same metric (several engines or
-// models behind one endpoint) are summed.
+// prometheus/common/expfmt) into the figures of docs/measurements.md's Four workloads table:
+// per-request averages from the difference of histogram sums and counts between two scrapes, and
+// maxima of the instantaneous gauges sampled during a run. Series of the same metric (several
+// engines or models behind one endpoint) are summed.
 package enginestats
 
 import (

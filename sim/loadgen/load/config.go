@@ -1,6 +1,6 @@
 // Package load is loadgen's core: an open-loop load generator for OpenAI-compatible LLM
 // servers (vLLM, vllmsim, or servescope's gateway in front of either) that reproduces the four
-// scenarios of the reference's §3 and reports the figures of its table.
+// workloads of docs/measurements.md and reports the figures of its table.
 //
 // Run sends requests at a fixed arrival rate regardless of how fast the server answers (open
 // loop; a concurrency cap can bound in-flight requests), builds prompts of an exact token count
@@ -36,7 +36,7 @@ type Scenario struct {
 	SamePrompt bool
 }
 
-// Scenarios are the reference's four workloads (§3). Their durations are long enough for the
+// Scenarios are the four workloads of docs/measurements.md. Their durations are long enough for the
 // overload scenario to fill the engine's 256 slots and queue the excess.
 var Scenarios = map[string]Scenario{
 	"normal":      {Name: "normal", Rate: 2, PromptTokens: 44, MaxTokens: 128, Duration: 30 * time.Second},
@@ -73,8 +73,8 @@ type Config struct {
 	StreamShare *float64
 	// SamePrompt overrides the scenario's prompt sharing when set.
 	SamePrompt *bool
-	// IgnoreEOS sends vLLM's ignore_eos so every answer runs to max_tokens as in the
-	// reference's runs; nil means true.
+	// IgnoreEOS sends vLLM's ignore_eos so every answer runs to max_tokens as in the measured runs
+	// (docs/measurements.md); nil means true.
 	IgnoreEOS *bool
 	// Arrival is "poisson" (default: exponential gaps, as independent users arrive) or
 	// "uniform" (equal gaps).

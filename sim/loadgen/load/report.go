@@ -18,9 +18,10 @@ type Latency struct {
 	P99   float64 `json:"p99_s"`
 }
 
-// EngineReport holds the reference's §3 figures read from the engine's /metrics: per-request
-// averages over the run (histogram sum and count deltas between the scrapes before and after;
-// nil when the engine observed nothing) and maxima of the gauges sampled every 0.5 s.
+// EngineReport holds the figures of docs/measurements.md's Four workloads table read from the
+// engine's /metrics: per-request averages over the run (histogram sum and count deltas between the
+// scrapes before and after; nil when the engine observed nothing) and maxima of the gauges sampled
+// every 0.5 s.
 type EngineReport struct {
 	Requests            float64  `json:"requests"`
 	PromptTokens        *float64 `json:"prompt_tokens_mean"`
@@ -91,7 +92,8 @@ func f2(p *float64) string {
 	return fmt.Sprintf("%.2f", *p)
 }
 
-// WriteText prints the report as the reference's table plus the client-side summary.
+// WriteText prints the report as docs/measurements.md's Four workloads table plus the client-side
+// summary.
 func (rep *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	p := func(format string, a ...any) { fmt.Fprintf(tw, format, a...) }

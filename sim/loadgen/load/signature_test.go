@@ -29,7 +29,7 @@ func startSim(t *testing.T, scale float64) string {
 	return srv.URL
 }
 
-// TestScenarioSignatures runs the reference's four scenarios (§3) against vllmsim with its
+// TestScenarioSignatures runs the four workloads of docs/measurements.md against vllmsim with its
 // default settings and checks that each leaves its signature on the engine's own figures.
 func TestScenarioSignatures(t *testing.T) {
 	reports := map[string]*load.Report{}
@@ -87,7 +87,7 @@ func TestScenarioSignatures(t *testing.T) {
 		t.Errorf("overload: max running %.0f, want the 256-slot limit", o.MaxRunning)
 	}
 	if o.MaxKVCacheUsagePerc > 60 || o.MaxKVCacheUsagePerc < 10 {
-		t.Errorf("overload: max KV %.1f%%, want well below 100%% (reference 28%%)", o.MaxKVCacheUsagePerc)
+		t.Errorf("overload: max KV %.1f%%, want well below 100%% (measured on vLLM: 28%%)", o.MaxKVCacheUsagePerc)
 	}
 	if *o.InterTokenSeconds < 4**n.InterTokenSeconds {
 		t.Errorf("overload inter-token %.3f s is not several times normal %.3f s", *o.InterTokenSeconds, *n.InterTokenSeconds)

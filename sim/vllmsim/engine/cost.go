@@ -1,7 +1,8 @@
 package engine
 
 // CostModel gives the simulated GPU time of one engine step. The defaults are calibrated on the
-// reference's measurements (Qwen2.5-7B-Instruct-AWQ on one RTX 3060, DESIGN §5):
+// measurements of docs/measurements.md (Qwen2.5-7B-Instruct-AWQ on one RTX 3060; its section
+// vllmsim's engine model derives them):
 //
 //	step = StepBaseSeconds
 //	     + max(0, PerTokenSeconds·decodeTokens + PrefillPerTokenSeconds·prefillTokens − PerTokenSeconds·KneeTokens)
@@ -9,13 +10,13 @@ package engine
 //	     + CachedPerTokenSeconds·(cached prefix tokens attended by prefill chunks)
 //
 // A small batch costs a flat StepBaseSeconds (decoding is memory-bandwidth-bound: a few more tokens
-// ride along for free); beyond the knee every scheduled token adds compute; longer contexts make every decode step read more KV. This one rule gives
-// 16 ms per step with a dozen short sequences, ~26 ms with ~30 sequences holding ~550 tokens
-// each (long output), ~170 ms with 256 running plus new prefills (overload), 1.55 s to prefill 2,843 uncached
-// tokens, ~0.036 s for a 44-token prefill in a small batch and a prefill several times slower
-// when it shares the step with a large decode batch. Prompt tokens found in the prefix cache are
-// not recomputed; attending over them still costs CachedPerTokenSeconds each, which is why a cached
-// 2,905-token prompt takes ~0.08 s.
+// ride along for free); beyond the knee every scheduled token adds compute; longer contexts make
+// every decode step read more KV. This one rule gives 16 ms per step with a dozen short sequences,
+// ~26 ms with ~30 sequences holding ~550 tokens each (long output), ~170 ms with 256 running plus
+// new prefills (overload), 1.55 s to prefill 2,843 uncached tokens, ~0.036 s for a 44-token prefill
+// in a small batch and a prefill several times slower when it shares the step with a large decode
+// batch. Prompt tokens found in the prefix cache are not recomputed; attending over them still
+// costs CachedPerTokenSeconds each, which is why a cached 2,905-token prompt takes ~0.08 s.
 type CostModel struct {
 	StepBaseSeconds        float64 // seconds per step up to the knee
 	KneeTokens             int     // decode tokens per step absorbed by StepBaseSeconds

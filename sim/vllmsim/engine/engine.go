@@ -61,7 +61,8 @@ type Config struct {
 	StatsIntervalSeconds float64
 }
 
-// DefaultConfig is vLLM's defaults on the reference's RTX 3060 (DESIGN §5).
+// DefaultConfig is vLLM's defaults on the RTX 3060 of docs/measurements.md (section vllmsim's engine
+// model).
 func DefaultConfig() Config {
 	return Config{
 		MaxModelLen:          4096,
@@ -382,8 +383,8 @@ func (e *Engine) loop(ctx context.Context) error {
 		plan, preemptions, work, promptTokens = e.schedule(now, plan[:0])
 		e.publishGauges()
 		if e.cfg.CrashAtRunning > 0 && len(e.run) > e.cfg.CrashAtRunning {
-			// A last stats line at the moment of death (the reference's "15:53:37 - crash"
-			// row), so the log holds the running count the allocation was sized by.
+			// A last stats line at the moment of death (the "15:53:37 (crash)" row of
+			// docs/measurements.md, The crash), so the log holds the running count the allocation was sized by.
 			if since := now - (nextStats - e.cfg.StatsIntervalSeconds); since > 0 {
 				e.reportStats(&iv, now, since)
 			}
@@ -545,7 +546,7 @@ func (e *Engine) schedule(now float64, plan []planned) ([]planned, int, Work, in
 	for preemptions == 0 && len(e.waiting) > 0 && len(e.run) < e.cfg.MaxNumSeqs && budget > 0 {
 		if e.cfg.CrashAtRunning > 0 && len(e.run) > e.cfg.CrashAtRunning {
 			// The batch that first exceeds the limit is the one whose sampler fails, so
-			// the crash happens at exactly CrashAtRunning+1 (193 in the reference).
+			// the crash happens at exactly CrashAtRunning+1 (193 in docs/measurements.md).
 			break
 		}
 		s := e.waiting[0]

@@ -59,7 +59,7 @@ func TestCostModelCalibration(t *testing.T) {
 	tests := []struct {
 		name string
 		w    Work
-		want float64 // seconds, from the reference's table (DESIGN §5)
+		want float64 // seconds, from docs/measurements.md (Four workloads)
 		tol  float64
 	}{
 		{"normal decode, 12 running", Work{DecodeTokens: 12, ContextTokens: 12 * 100}, 0.016, 0.002},

@@ -1,5 +1,5 @@
 // Package vllmlog writes vllmsim's log in the shape of one vLLM release's own log (see package
-// release), so that log parsers built for vLLM (servescope's collector among them) read the
+// vllmversion), so that log parsers built for vLLM (servescope's collector among them) read the
 // simulator unchanged, release by release:
 //
 //	(APIServer pid=4242) INFO 09-11 15:53:12 [loggers.py:236] Engine 000: Avg prompt throughput: 88.0 tokens/s, ...   (0.10, main)
@@ -38,13 +38,14 @@ import (
 var Version = vllmversion.Main.Release()
 
 // GPU describes the simulated device in the out-of-memory message (an RTX 3060 12 GB by
-// default, as in the reference's crash).
+// default, as in docs/measurements.md, The crash).
 type GPU struct {
 	TotalGiB float64 // torch's "total capacity"
 	FreeMiB  float64 // torch's "of which ... is free"
 }
 
-// DefaultGPU is the reference's RTX 3060 at gpu_memory_utilization 0.9.
+// DefaultGPU is the RTX 3060 of docs/measurements.md at gpu_memory_utilization 0.9, as its crash
+// message reads.
 func DefaultGPU() GPU { return GPU{TotalGiB: 11.63, FreeMiB: 84.88} }
 
 // Options choose the log's format.

@@ -19,7 +19,7 @@ func TestAllocationSizeAndFormat(t *testing.T) {
 		bytes int64
 		want  string
 	}{
-		{193 * 152064 * 4, "112.00 MiB"}, // the reference's crash: 111.95 MiB rounded up to 2 MiB
+		{193 * 152064 * 4, "112.00 MiB"}, // docs/measurements.md's crash: 111.95 MiB rounded up to 2 MiB
 		{256 * 152064 * 4, "150.00 MiB"},
 		{100, "2.00 MiB"},       // small allocations come from a 2 MiB buffer
 		{3 << 20, "20.00 MiB"},  // mid-size from a 20 MiB buffer

@@ -1,4 +1,5 @@
--- Window averages from the engine's cumulative histograms (reference §2): per engine and metric,
+-- Window averages from the engine's cumulative histograms (a window's average is the increase of
+-- _sum over the increase of _count, each read before and after the window): per engine and metric,
 -- the sum of the increases of _sum and _count between consecutive samples of the window, which
 -- equals last − first when the engine did not restart. A drop in _count means the engine
 -- restarted, and then the value after the drop is the increase since the restart.
