@@ -107,6 +107,18 @@ func binary(s service) string {
 	return ""
 }
 
+// binaryDir returns the package directory of a binary the image holds: a production service under
+// services/ or a stand-in under sim/ (deploy/Dockerfile builds both); "" when neither has it.
+func binaryDir(root, bin string) string {
+	for _, parent := range []string{"services", "sim"} {
+		dir := filepath.Join(root, parent, bin)
+		if _, err := os.Stat(filepath.Join(dir, "main.go")); err == nil {
+			return dir
+		}
+	}
+	return ""
+}
+
 // envVars returns every environment variable a binary's configuration reads: the `env` struct
 // tags in its package tree and in the packages it shares with the other services, with the
 // prefix of any env.Options{Prefix: "..."} in its own package applied to its own tags.
@@ -154,8 +166,8 @@ func envVars(t *testing.T, root, bin string) map[string]bool {
 			vars[prefix+tg] = true
 		}
 	}
-	scan(filepath.Join(root, "services", bin), true)
-	scan(filepath.Join(root, "services", "internal", "config"), false)
+	scan(binaryDir(root, bin), true)
+	scan(filepath.Join(root, "internal", "config"), false)
 	return vars
 }
 
@@ -169,8 +181,8 @@ func TestEnvironmentIsRead(t *testing.T) {
 		if bin == "" {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(root, "services", bin, "main.go")); err != nil {
-			t.Errorf("service %s runs %q, which is not a binary under services/", name, bin)
+		if binaryDir(root, bin) == "" {
+			t.Errorf("service %s runs %q, which is not a binary under services/ or sim/", name, bin)
 			continue
 		}
 		known := envVars(t, root, bin)
@@ -411,5 +423,61 @@ func TestServicesAndProfiles(t *testing.T) {
 				t.Errorf("service %s depends on %s without a health or completion condition", name, dep)
 			}
 		}
+	}
+}
+
+// TestSetupRunsFirst checks that the one-shot migrate service is the setup step of the whole
+// deployment — `servescope migrate up`, which applies the ClickHouse migrations and creates the
+// JetStream streams and the consumer's durable consumer — that it waits for NATS and ClickHouse,
+// and that every service using the streams or the database starts only once it completed: the
+// services check those resources and never create them. The durable consumer is sized from the
+// consumer's CONSUMER_* settings, so the setup must be given the same values as the consumer.
+func TestSetupRunsFirst(t *testing.T) {
+	c, _ := load(t)
+	m, ok := c.Services["migrate"]
+	if !ok {
+		t.Fatal("no migrate service")
+	}
+	if got := strings.Join(argv(m.Command), " "); got != "servescope migrate up" {
+		t.Errorf("migrate runs %q, want servescope migrate up", got)
+	}
+	for _, dep := range []string{"nats", "clickhouse"} {
+		if d, ok := m.DependsOn[dep]; !ok || d.Condition != "service_healthy" {
+			t.Errorf("migrate does not wait for %s to be healthy: %+v", dep, m.DependsOn)
+		}
+	}
+	if m.Environment["SERVESCOPE_NATS_URL"] == "" || m.Environment["SERVESCOPE_CLICKHOUSE_ADDR"] == "" {
+		t.Errorf("migrate is not given both NATS and ClickHouse: %v", m.Environment)
+	}
+	users := 0
+	for name, s := range c.Services {
+		if name == "migrate" || binary(s) == "" {
+			continue
+		}
+		_, nats := s.Environment["SERVESCOPE_NATS_URL"]
+		_, ch := s.Environment["SERVESCOPE_CLICKHOUSE_ADDR"]
+		if !nats && !ch {
+			continue
+		}
+		users++
+		if d, ok := s.DependsOn["migrate"]; !ok || d.Condition != "service_completed_successfully" {
+			t.Errorf("service %s uses NATS or ClickHouse but does not start after migrate completed: %+v", name, s.DependsOn)
+		}
+		for k, v := range s.Environment {
+			if !strings.HasPrefix(k, "SERVESCOPE_NATS_") && k != "SERVESCOPE_SUBJECT_PREFIX" && !strings.HasPrefix(k, "SERVESCOPE_CLICKHOUSE_") && !strings.HasPrefix(k, "CONSUMER_") || k == "CONSUMER_METRICS_ADDR" {
+				continue
+			}
+			if m.Environment[k] != v {
+				t.Errorf("service %s has %s=%q, the setup %q: it would set up other resources than the service uses", name, k, v, m.Environment[k])
+			}
+		}
+		for k := range s.Environment {
+			if strings.HasPrefix(k, "SERVESCOPE_STREAM_") {
+				t.Errorf("service %s sets %s: stream limits belong to the setup step (migrate), which owns the streams", name, k)
+			}
+		}
+	}
+	if users < 4 {
+		t.Errorf("only %d services use NATS or ClickHouse; the check is missing them", users)
 	}
 }
