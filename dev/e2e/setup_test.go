@@ -113,18 +113,19 @@ func TestServicesUseTheStreamsAsSetUp(t *testing.T) {
 			c.MaxAge, c.MaxBytes, c.Replicas)
 	}
 
-	eventsLine := fmt.Sprintf(`level=WARN msg="JetStream stream differs from this service's settings; using it as it is" stream=%s `+
-		`max_age.server=168h0m0s max_age.service=24h0m0s max_bytes.server=268435456 max_bytes.service=134217728 `+
+	// One warning per stream, naming each differing setting with the stream's value and the
+	// service's; the publishers' loggers add component=publish between the message and these.
+	const differs = `level=WARN msg="JetStream stream differs from this service's settings; using it as it is" `
+	eventsAttrs := fmt.Sprintf(`stream=%s max_age.server=168h0m0s max_age.service=24h0m0s max_bytes.server=268435456 max_bytes.service=134217728 `+
 		`num_replicas.server=1 num_replicas.service=3 setup="servescope migrate up"`, topo.Stream())
-	dlqLine := fmt.Sprintf(`level=WARN msg="JetStream stream differs from this service's settings; using it as it is" stream=%s `+
-		`num_replicas.server=1 num_replicas.service=3 setup="servescope migrate up"`, topo.DLQStream())
-	want := map[string][]string{"gateway": {eventsLine}, "collector": {eventsLine}, "consumer": {eventsLine, dlqLine}}
-	for service, lines := range want {
+	dlqAttrs := fmt.Sprintf(`stream=%s num_replicas.server=1 num_replicas.service=3 setup="servescope migrate up"`, topo.DLQStream())
+	want := map[string][]string{"gateway": {eventsAttrs}, "collector": {eventsAttrs}, "consumer": {eventsAttrs, dlqAttrs}}
+	for service, attrs := range want {
 		waitFor(t, 30*time.Second, service+" to log the differences", func(context.Context) (bool, string, error) {
 			log := logs.text(service)
-			for _, line := range lines {
-				if !strings.Contains(log, line) {
-					return false, "no line " + line + " in:\n" + log, nil
+			for _, a := range attrs {
+				if !hasLine(log, differs, a) {
+					return false, "no line " + differs + "... " + a + " in:\n" + log, nil
 				}
 			}
 			return true, "", nil
@@ -133,4 +134,23 @@ func TestServicesUseTheStreamsAsSetUp(t *testing.T) {
 	if n := strings.Count(logs.text("consumer"), "differs from this service's settings"); n != 2 {
 		t.Errorf("consumer logged %d difference lines, want 2 (events and dead-letter stream; its durable consumer is as set up)", n)
 	}
+}
+
+// hasLine reports whether one line of log contains every part, in order.
+func hasLine(log string, parts ...string) bool {
+	for _, line := range strings.Split(log, "\n") {
+		rest, ok := line, true
+		for _, p := range parts {
+			i := strings.Index(rest, p)
+			if i < 0 {
+				ok = false
+				break
+			}
+			rest = rest[i+len(p):]
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
 }
