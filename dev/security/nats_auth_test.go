@@ -232,3 +232,32 @@ func streamMsgs(t *testing.T, env map[string]string) uint64 {
 	}
 	return info.State.Msgs
 }
+
+// setUpStreams runs the setup step for the services given env, as `servescope migrate up` given
+// the same environment would: the streams of env's prefix, with the durable consumer of each
+// consumer environment in consumers (its CONSUMER_* settings).
+func setUpStreams(t *testing.T, env map[string]string, consumers ...map[string]string) {
+	t.Helper()
+	cfg, err := config.LoadFrom[config.NATS](env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []bus.Durable
+	for _, c := range consumers {
+		cc, err := config.LoadFrom[config.Consumer](c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, cc.DurableConsumer())
+	}
+	nc, err := cfg.Connect("security-test-setup", nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatalf("connect to NATS for the setup: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Provision(t, js, cfg, ds...)
+}

@@ -26,7 +26,9 @@ import (
 )
 
 // The binaries the whole-system test builds and runs, by package directory under services/.
-var serviceBinaries = []string{"gateway", "consumer", "collector", "detector", "vllmsim", "ragdemo"}
+// serviceBinaries are the packages built for the test: the production services and the stand-ins
+// they are tested against.
+var serviceBinaries = []string{"services/gateway", "services/consumer", "services/collector", "services/detector", "sim/vllmsim", "sim/ragdemo"}
 
 // proc is one running binary with its output in a log file.
 type proc struct {
@@ -41,7 +43,7 @@ func buildServices(t *testing.T) string {
 	dir := t.TempDir()
 	args := []string{"build", "-o", dir + string(filepath.Separator)}
 	for _, s := range serviceBinaries {
-		args = append(args, "github.com/servescope/servescope/services/"+s)
+		args = append(args, "github.com/servescope/servescope/"+s)
 	}
 	cmd := exec.Command("go", args...)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -277,6 +279,10 @@ func TestServicesKeepSecretsAndLimitBodies(t *testing.T) {
 		gatewayMaxBody = 1 << 20
 		ingestMaxBody  = 256 << 10
 	)
+	// The setup step runs first, as in the compose file: the streams and the durable consumers of
+	// the consumer below and of the one with a wrong ClickHouse password at the end.
+	setUpStreams(t, natsEnv(secrets["NATS password"]), map[string]string{"CONSUMER_FLUSH_INTERVAL": "200ms"},
+		map[string]string{"CONSUMER_DURABLE": "servescope-writer-bad"})
 	vllmAddr, gwAddr, gwBadAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	colHTTP, colGRPC, colMetrics := freeAddr(t), freeAddr(t), freeAddr(t)
 	conMetrics, detMetrics, ragAddr := freeAddr(t), freeAddr(t), freeAddr(t)
