@@ -184,6 +184,16 @@ func TestCheckStream(t *testing.T) {
 	if !errors.Is(err, bus.ErrNotSetUp) || !strings.Contains(err.Error(), "takes subjects "+other+".v1.request.*, not "+other+".v1.engine.log") {
 		t.Errorf("check of a narrow stream = %v", err)
 	}
+
+	// A sealed stream takes no messages.
+	sealed := st.CachedInfo().Config
+	sealed.Sealed = true
+	if _, err := js.UpdateStream(ctx, sealed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.CheckStream(ctx, js, topo, kinds, jetstream.StreamConfig{}); !errors.Is(err, bus.ErrNotSetUp) || !strings.Contains(err.Error(), "is sealed") {
+		t.Errorf("check of a sealed stream = %v", err)
+	}
 }
 
 // TestCheckConsumer: the consumer's check needs the durable consumer as the setup makes it, and
