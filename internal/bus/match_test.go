@@ -1,6 +1,11 @@
 package bus
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
 
 func TestSubjectMatches(t *testing.T) {
 	cases := []struct {
@@ -25,4 +30,36 @@ func TestSubjectMatches(t *testing.T) {
 			t.Errorf("subjectMatches(%q, %q) = %v, want %v", c.filter, c.subject, got, c.want)
 		}
 	}
+}
+
+// FuzzSubjectMatches checks subjectMatches, which reads the subject filters of a stream or a
+// durable consumer as the server returns them, against nats-server's own matcher for every valid
+// filter and literal subject.
+func FuzzSubjectMatches(f *testing.F) {
+	f.Add("servescope.v1.>", "servescope.v1.request.finished")
+	f.Add("servescope.*.app.record", "servescope.v1.app.record")
+	f.Add(">", "a")
+	f.Add("a.*.>", "a.b")
+	f.Add("servescope.v1.app.record", "servescope.v1.app")
+	f.Fuzz(func(t *testing.T, filter, subject string) {
+		got := subjectMatches(filter, subject)
+		if !server.IsValidSubject(filter) || !server.IsValidLiteralSubject(subject) || !wholeTokenWildcards(filter) {
+			return
+		}
+		if want := server.SubjectMatchesFilter(subject, filter); got != want {
+			t.Errorf("subjectMatches(%q, %q) = %v, nats-server says %v", filter, subject, got, want)
+		}
+	})
+}
+
+// wholeTokenWildcards reports whether every '*' and '>' of f is a token of its own, the only
+// wildcards NATS defines: nats-server accepts a token such as "*x" and its matcher reads it as a
+// wildcard by its first byte, a spelling no servescope resource uses.
+func wholeTokenWildcards(f string) bool {
+	for _, tok := range strings.Split(f, ".") {
+		if tok != "*" && tok != ">" && strings.ContainsAny(tok, "*>") {
+			return false
+		}
+	}
+	return true
 }
