@@ -425,3 +425,59 @@ func TestServicesAndProfiles(t *testing.T) {
 		}
 	}
 }
+
+// TestSetupRunsFirst checks that the one-shot migrate service is the setup step of the whole
+// deployment — `servescope migrate up`, which applies the ClickHouse migrations and creates the
+// JetStream streams and the consumer's durable consumer — that it waits for NATS and ClickHouse,
+// and that every service using the streams or the database starts only once it completed: the
+// services check those resources and never create them. The durable consumer is sized from the
+// consumer's CONSUMER_* settings, so the setup must be given the same values as the consumer.
+func TestSetupRunsFirst(t *testing.T) {
+	c, _ := load(t)
+	m, ok := c.Services["migrate"]
+	if !ok {
+		t.Fatal("no migrate service")
+	}
+	if got := strings.Join(argv(m.Command), " "); got != "servescope migrate up" {
+		t.Errorf("migrate runs %q, want servescope migrate up", got)
+	}
+	for _, dep := range []string{"nats", "clickhouse"} {
+		if d, ok := m.DependsOn[dep]; !ok || d.Condition != "service_healthy" {
+			t.Errorf("migrate does not wait for %s to be healthy: %+v", dep, m.DependsOn)
+		}
+	}
+	if m.Environment["SERVESCOPE_NATS_URL"] == "" || m.Environment["SERVESCOPE_CLICKHOUSE_ADDR"] == "" {
+		t.Errorf("migrate is not given both NATS and ClickHouse: %v", m.Environment)
+	}
+	users := 0
+	for name, s := range c.Services {
+		if name == "migrate" || binary(s) == "" {
+			continue
+		}
+		_, nats := s.Environment["SERVESCOPE_NATS_URL"]
+		_, ch := s.Environment["SERVESCOPE_CLICKHOUSE_ADDR"]
+		if !nats && !ch {
+			continue
+		}
+		users++
+		if d, ok := s.DependsOn["migrate"]; !ok || d.Condition != "service_completed_successfully" {
+			t.Errorf("service %s uses NATS or ClickHouse but does not start after migrate completed: %+v", name, s.DependsOn)
+		}
+		for k, v := range s.Environment {
+			if !strings.HasPrefix(k, "SERVESCOPE_NATS_") && k != "SERVESCOPE_SUBJECT_PREFIX" && !strings.HasPrefix(k, "SERVESCOPE_CLICKHOUSE_") && !strings.HasPrefix(k, "CONSUMER_") || k == "CONSUMER_METRICS_ADDR" {
+				continue
+			}
+			if m.Environment[k] != v {
+				t.Errorf("service %s has %s=%q, the setup %q: it would set up other resources than the service uses", name, k, v, m.Environment[k])
+			}
+		}
+		for k := range s.Environment {
+			if strings.HasPrefix(k, "SERVESCOPE_STREAM_") {
+				t.Errorf("service %s sets %s: stream limits belong to the setup step (migrate), which owns the streams", name, k)
+			}
+		}
+	}
+	if users < 4 {
+		t.Errorf("only %d services use NATS or ClickHouse; the check is missing them", users)
+	}
+}

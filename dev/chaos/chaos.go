@@ -21,7 +21,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -228,34 +227,7 @@ func (r *run) prepare(ctx context.Context) error {
 	r.step("private servers up: NATS JetStream 127.0.0.1:%d (max_payload 4 MiB), ClickHouse 127.0.0.1:%d (HTTP %d)", r.natsP[0], r.chP[0], r.chP[1])
 
 	chAddr := "127.0.0.1:" + strconv.Itoa(r.chP[0])
-	cmd := exec.CommandContext(ctx, filepath.Join(r.dirs.Bin, "servescope"), "migrate", "up")
-	cmd.Env = append(os.Environ(), "SERVESCOPE_CLICKHOUSE_ADDR="+chAddr, "SERVESCOPE_CLICKHOUSE_DATABASE="+database)
-	if outp, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("servescope migrate up: %w\n%s", err, outp)
-	}
-	if r.conn, err = chstore.Open(ctx, config.ClickHouse{Addr: []string{chAddr}, Database: database, User: "default", DialTimeout: 5 * time.Second}); err != nil {
-		return fmt.Errorf("connect to ClickHouse database %s: %w", database, err)
-	}
 	natsURL := "nats://127.0.0.1:" + strconv.Itoa(r.natsP[0])
-	if r.nc, err = nats.Connect(natsURL, nats.Name("servescope-chaos"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond)); err != nil {
-		return fmt.Errorf("connect to NATS at %s: %w", natsURL, err)
-	}
-	if r.js, err = jetstream.New(r.nc); err != nil {
-		return fmt.Errorf("JetStream context: %w", err)
-	}
-	n := config.NATS{StreamMaxAge: 24 * time.Hour, StreamMaxBytes: 1 << 30, StreamReplicas: 1}
-	if err := bus.Provision(ctx, r.js, bus.Topology{Prefix: prefix}, bus.Settings(&n)); err != nil {
-		return err
-	}
-	r.step("database %s migrated; streams %s and %s created", database, bus.Topology{Prefix: prefix}.Stream(), bus.Topology{Prefix: prefix}.DLQStream())
-
-	if _, err := demo.WriteScaledRules(filepath.Join(r.dirs.State, "rules"), r.opt.RuleScale); err != nil {
-		return err
-	}
-	if err := r.recv.Listen(ctx, "127.0.0.1:"+strconv.Itoa(r.ports.Webhook)); err != nil {
-		return err
-	}
-
 	tok := make([]byte, 16)
 	_, _ = rand.Read(tok)
 	r.token = hex.EncodeToString(tok)
@@ -267,6 +239,30 @@ func (r *run) prepare(ctx context.Context) error {
 	}
 	consumer, collector, gateway, ragdemo, detector := r.stack.Services()
 	consumer.Env["CONSUMER_DURABLE"] = "servescope-chaos-writer"
+	// The setup step, as the compose file's migrate service runs it: the database, the streams and
+	// the consumer's durable consumer.
+	if _, err := demo.RunOnce(ctx, r.dirs.Bin, r.stack.Setup(consumer)); err != nil {
+		return err
+	}
+	if r.conn, err = chstore.Open(ctx, config.ClickHouse{Addr: []string{chAddr}, Database: database, User: "default", DialTimeout: 5 * time.Second}); err != nil {
+		return fmt.Errorf("connect to ClickHouse database %s: %w", database, err)
+	}
+	if r.nc, err = nats.Connect(natsURL, nats.Name("servescope-chaos"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond)); err != nil {
+		return fmt.Errorf("connect to NATS at %s: %w", natsURL, err)
+	}
+	if r.js, err = jetstream.New(r.nc); err != nil {
+		return fmt.Errorf("JetStream context: %w", err)
+	}
+	topo := bus.Topology{Prefix: prefix}
+	r.step("servescope migrate up: database %s migrated; streams %s and %s and durable consumer %s created", database, topo.Stream(), topo.DLQStream(), consumer.Env["CONSUMER_DURABLE"])
+
+	if _, err := demo.WriteScaledRules(filepath.Join(r.dirs.State, "rules"), r.opt.RuleScale); err != nil {
+		return err
+	}
+	if err := r.recv.Listen(ctx, "127.0.0.1:"+strconv.Itoa(r.ports.Webhook)); err != nil {
+		return err
+	}
+
 	gateway.Env["SERVESCOPE_INGEST_TOKEN"] = r.token
 	detector.Env["DETECTOR_REPEAT_INTERVAL"] = repeatInt.String()
 	// A graceful stop of the gateway replays its spool, of the detector settles its alerts.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/services/consumer/app"
 )
 
@@ -53,7 +54,7 @@ func TestBaselineTraffic(t *testing.T) {
 // TestPublishBaseline sends a baseline through real NATS JetStream and the real consumer into
 // ClickHouse, as the demo does.
 func TestPublishBaseline(t *testing.T) {
-	_, _, ncfg := testenv.JetStream(t)
+	js, _, ncfg := testenv.JetStream(t)
 	conn, ccfg := testenv.ClickHouse(t)
 	nc := testenv.NATS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -63,12 +64,12 @@ func TestPublishBaseline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg := app.Config{Consumer: config.Consumer{Durable: "demo-test", BatchRows: 1000, FlushInterval: 200 * time.Millisecond},
+		MetricsAddr: ln.Addr().String(), NATS: ncfg, ClickHouse: ccfg}
+	testenv.Provision(t, js, ncfg, cfg.DurableConsumer())
 	cctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() {
-		done <- app.Run(cctx, app.Config{Durable: "demo-test", BatchRows: 1000, FlushInterval: 200 * time.Millisecond,
-			MetricsAddr: ln.Addr().String(), NATS: ncfg, ClickHouse: ccfg}, slog.New(slog.DiscardHandler), ln)
-	}()
+	go func() { done <- app.Run(cctx, cfg, slog.New(slog.DiscardHandler), ln) }()
 	defer func() {
 		stop()
 		if err := <-done; err != nil {

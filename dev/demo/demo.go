@@ -249,17 +249,6 @@ func (r *run) resetStorage(ctx context.Context) error {
 		return fmt.Errorf("drop database %s: %w", r.stack.Database, err)
 	}
 	admin.Close()
-	cmd := exec.CommandContext(ctx, filepath.Join(r.dirs.Bin, "servescope"), "migrate", "up")
-	cmd.Env = append(os.Environ(), "SERVESCOPE_CLICKHOUSE_ADDR="+r.stack.Dev.ClickHouseAddr, "SERVESCOPE_CLICKHOUSE_DATABASE="+r.stack.Database)
-	outp, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("servescope migrate up: %w\n%s", err, outp)
-	}
-	r.step("ClickHouse database %s created and migrated (servescope migrate up: %s)", r.stack.Database, strings.TrimSpace(lastLine(string(outp))))
-	if r.conn, err = chstore.Open(ctx, config.ClickHouse{Addr: []string{r.stack.Dev.ClickHouseAddr}, Database: r.stack.Database, User: "default", DialTimeout: 5 * time.Second}); err != nil {
-		return fmt.Errorf("connect to ClickHouse database %s: %w", r.stack.Database, err)
-	}
-
 	if r.nc, err = nats.Connect(r.stack.Dev.NATSURL, nats.Name("servescope-demo")); err != nil {
 		return fmt.Errorf("connect to NATS at %s: %w", r.stack.Dev.NATSURL, err)
 	}
@@ -273,11 +262,15 @@ func (r *run) resetStorage(ctx context.Context) error {
 			return fmt.Errorf("delete stream %s of the last demo: %w", s, err)
 		}
 	}
-	n := config.NATS{StreamMaxAge: 24 * time.Hour * 7, StreamMaxBytes: 1 << 30, StreamReplicas: 1}
-	if err := bus.Provision(ctx, js, topo, bus.Settings(&n)); err != nil {
+	consumer, _, _, _, _ := r.stack.Services()
+	if _, err := RunOnce(ctx, r.dirs.Bin, r.stack.Setup(consumer)); err != nil {
 		return err
 	}
-	r.step("NATS streams %s and %s created (subjects %s)", topo.Stream(), topo.DLQStream(), topo.Subjects())
+	if r.conn, err = chstore.Open(ctx, config.ClickHouse{Addr: []string{r.stack.Dev.ClickHouseAddr}, Database: r.stack.Database, User: "default", DialTimeout: 5 * time.Second}); err != nil {
+		return fmt.Errorf("connect to ClickHouse database %s: %w", r.stack.Database, err)
+	}
+	r.step("servescope migrate up: ClickHouse database %s migrated; NATS streams %s and %s (subjects %s) and durable consumer %s created",
+		r.stack.Database, topo.Stream(), topo.DLQStream(), topo.Subjects(), consumer.Env["CONSUMER_DURABLE"])
 	return nil
 }
 
@@ -393,11 +386,6 @@ func rel(root, p string) string {
 		return s
 	}
 	return p
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
 }
 
 // questions are ragdemo's demo questions in a fixed order.

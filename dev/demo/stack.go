@@ -1,10 +1,14 @@
 package demo
 
 import (
+	"context"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -164,4 +168,36 @@ func (s *Stack) Services() (consumer, collector, gateway, ragdemo, detector Serv
 			"DETECTOR_METRICS_ADDR", addr(s.Ports.Detector),
 			"DETECTOR_EXTERNAL_URL", url(s.Ports.Detector, ""))}
 	return
+}
+
+// StreamMaxBytes is the stack's events stream cap (1 GiB): the dev NATS server reserves a
+// stream's max_bytes up front, and other stacks and tests share it.
+const StreamMaxBytes = 1 << 30
+
+// Setup is the stack's setup step, `servescope migrate up` as the compose file's migrate service
+// runs it: the ClickHouse database and its tables, the events and dead-letter streams (7 days,
+// StreamMaxBytes), and consumer's durable consumer sized by consumer's CONSUMER_* settings.
+func (s *Stack) Setup(consumer Service) Service {
+	env := with(s.shared(), "SERVESCOPE_STREAM_MAX_AGE", "168h", "SERVESCOPE_STREAM_MAX_BYTES", strconv.Itoa(StreamMaxBytes))
+	for _, k := range []string{"CONSUMER_DURABLE", "CONSUMER_BATCH_ROWS", "CONSUMER_FLUSH_INTERVAL"} {
+		if v, ok := consumer.Env[k]; ok {
+			env[k] = v
+		}
+	}
+	return Service{Name: "setup", Bin: "servescope", Args: []string{"migrate", "up"}, Env: env}
+}
+
+// RunOnce runs the one-shot svc (Setup) from binDir to its end and returns its output, or an
+// error with the output when it fails.
+func RunOnce(ctx context.Context, binDir string, svc Service) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, svc.Bin), svc.Args...)
+	cmd.Env = os.Environ()
+	for k, v := range svc.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %w\n%s", svc.Bin, strings.Join(svc.Args, " "), err, out)
+	}
+	return string(out), nil
 }

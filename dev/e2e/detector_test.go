@@ -52,7 +52,7 @@ func TestDetectorThroughPipeline(t *testing.T) {
 	tr.Add(g.Normal(driftEnd, languageStart))
 	tr.Add(language.Generate(synth.New(13), languageStart, at))
 
-	st := startStore(t)
+	st := startStore(t, pipelineOptions{})
 	began := time.Now()
 	pub, err := publish.New(testenv.NATS(t), st.NATS.SubjectPrefix, publish.Config{
 		SpoolDir: filepath.Join(t.TempDir(), "spool"), QueueSize: 1 << 16, Linger: 2 * time.Millisecond, Logger: discardLog()})

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/services/collector/collector"
@@ -38,7 +39,12 @@ const engineName = "vllm"
 type store struct {
 	Conn driver.Conn
 	CH   config.ClickHouse
+	// NATS is what the setup step is given; the services get it too unless
+	// pipelineOptions.ServiceNATS changes their copy.
 	NATS config.NATS
+	// SetUp runs the setup step (the streams and the consumer's durable consumer) with NATS, as
+	// `servescope migrate up` does; startStore runs it unless told to leave it to the test.
+	SetUp func() []bus.Applied
 }
 
 // pipeline is the whole path: vllmsim ← gateway, collector ← vllmsim's /metrics and spans,
@@ -57,26 +63,54 @@ type pipelineOptions struct {
 	TimeScale float64       // simulated seconds per wall second; 0 = 20
 	// WrapEngine, when set, wraps the simulator's HTTP handler (to see what the engine sent).
 	WrapEngine func(http.Handler) http.Handler
+	// Log, when set, gives each service's logger ("gateway", "collector", "consumer"); the
+	// default discards the logs.
+	Log func(service string) *slog.Logger
+	// ServiceNATS, when set, changes the NATS settings the services get (not the setup step's):
+	// their own stream limits, which they compare with the streams'.
+	ServiceNATS func(*config.NATS)
+	// SetUpLater leaves the setup step to the test (store.SetUp), after the services started.
+	SetUpLater bool
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// startStore gives the test its own JetStream prefix and ClickHouse database and runs the
-// consumer between them until the test ends (it stops last, after every publisher flushed).
-func startStore(t *testing.T) store {
+func (o pipelineOptions) log(service string) *slog.Logger {
+	if o.Log == nil {
+		return discardLog()
+	}
+	return o.Log(service)
+}
+
+// serviceNATS is the NATS configuration the services get.
+func (o pipelineOptions) serviceNATS(setup config.NATS) config.NATS {
+	if o.ServiceNATS != nil {
+		o.ServiceNATS(&setup)
+	}
+	return setup
+}
+
+// startStore gives the test its own JetStream prefix and ClickHouse database, sets them up
+// (unless o.SetUpLater) and runs the consumer between them until the test ends (it stops last,
+// after every publisher flushed).
+func startStore(t *testing.T, o pipelineOptions) store {
 	t.Helper()
 	conn, ch := testenv.ClickHouse(t)
-	_, _, ncfg := testenv.JetStream(t)
+	js, _, ncfg := testenv.NATSPrefix(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ccfg := app.Config{Consumer: config.Consumer{Durable: "e2e", BatchRows: 5000, FlushInterval: 200 * time.Millisecond},
+		MetricsAddr: ln.Addr().String(), NATS: o.serviceNATS(ncfg), ClickHouse: ch}
+	setUp := func() []bus.Applied { return testenv.Provision(t, js, ncfg, ccfg.DurableConsumer()) }
+	if !o.SetUpLater {
+		setUp()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- app.Run(ctx, app.Config{Durable: "e2e", BatchRows: 5000, FlushInterval: 200 * time.Millisecond,
-			MetricsAddr: ln.Addr().String(), NATS: ncfg, ClickHouse: ch}, discardLog(), ln)
-	}()
+	clog := o.log("consumer")
+	go func() { done <- app.Run(ctx, ccfg, clog, ln) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -93,7 +127,7 @@ func startStore(t *testing.T) store {
 			t.Errorf("%d events landed in ingest_errors, e.g. %q", bad, sample)
 		}
 	})
-	return store{Conn: conn, CH: ch, NATS: ncfg}
+	return store{Conn: conn, CH: ch, NATS: ncfg, SetUp: setUp}
 }
 
 // startPipeline starts every service of the path in-process on loopback ports chosen by the
@@ -107,7 +141,8 @@ func startPipeline(t *testing.T, o pipelineOptions) *pipeline {
 	if o.Engine.MaxNumSeqs == 0 {
 		o.Engine = engine.DefaultConfig()
 	}
-	st := startStore(t)
+	st := startStore(t, o)
+	snats := o.serviceNATS(st.NATS)
 
 	// The simulator's listener exists before the collector so the collector can be told its
 	// /metrics URL, and the collector exists before the simulator so the simulator's span
@@ -125,16 +160,18 @@ func startPipeline(t *testing.T, o pipelineOptions) *pipeline {
 		"COLLECTOR_OTLP_HTTP_ADDR": collector.Off,
 		"COLLECTOR_METRICS_ADDR":   collector.Off,
 		"COLLECTOR_STATE_DIR":      filepath.Join(dir, "collector-state"),
+		"COLLECTOR_SPOOL_DIR":      filepath.Join(dir, "collector-spool"),
 	})
 	if err != nil {
 		t.Fatalf("collector config: %v", err)
 	}
-	ccfg.NATS = st.NATS
-	cpub, err := publish.New(testenv.NATS(t), st.NATS.SubjectPrefix, publish.Config{SpoolDir: filepath.Join(dir, "collector-spool"), Logger: discardLog()})
+	ccfg.NATS = snats
+	clog := o.log("collector")
+	cpub, err := publish.New(testenv.NATS(t), ccfg.NATS.SubjectPrefix, ccfg.PublisherConfig(clog.With("component", "publish"), nil))
 	if err != nil {
 		t.Fatalf("collector publisher: %v", err)
 	}
-	col, err := collector.New(ccfg, cpub, discardLog(), prometheus.NewRegistry())
+	col, err := collector.New(ccfg, cpub, clog, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatalf("collector: %v", err)
 	}
@@ -166,8 +203,8 @@ func startPipeline(t *testing.T, o pipelineOptions) *pipeline {
 	if err != nil {
 		t.Fatalf("gateway config: %v", err)
 	}
-	gcfg.NATS = st.NATS
-	gw, err := server.New(gcfg, discardLog())
+	gcfg.NATS = snats
+	gw, err := server.New(gcfg, o.log("gateway"))
 	if err != nil {
 		t.Fatalf("gateway: %v", err)
 	}

@@ -32,7 +32,7 @@ type natsCase struct {
 
 // TestNATSAuth runs a private nats-server per authentication mode and checks, for each client
 // configuration read through config.NATS exactly as the services read it, that good credentials
-// connect, provision the streams and publish an event the stream keeps, and that wrong or missing
+// connect, set up and check the streams and publish an event the stream keeps, and that wrong or missing
 // credentials are refused with an error naming the problem and nothing reaches the stream.
 func TestNATSAuth(t *testing.T) {
 	t.Parallel()
@@ -166,8 +166,9 @@ func TestNATSAuth(t *testing.T) {
 	}
 }
 
-// connectAndPublish does what a service does at start: read the settings, connect, provision the
-// streams, then publish one event and wait for its acknowledgement.
+// connectAndPublish does what the setup step and then a service do at start: read the settings,
+// connect, set up the streams and check them, then publish one event and wait for its
+// acknowledgement.
 func connectAndPublish(t *testing.T, env map[string]string) error {
 	t.Helper()
 	cfg, err := config.LoadFrom[config.NATS](env)
@@ -185,8 +186,13 @@ func connectAndPublish(t *testing.T, env map[string]string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	topo := bus.FromConfig(&cfg)
-	if err := bus.Provision(ctx, js, topo, bus.Settings(&cfg)); err != nil {
+	topo := cfg.Topology()
+	// The setup step, as `servescope migrate up` runs it, then the check a publisher makes at
+	// start (schema/publish with Config.Kinds).
+	if _, err := bus.Setup(ctx, js, topo, cfg.StreamSettings()); err != nil {
+		return err
+	}
+	if _, err := bus.CheckStream(ctx, js, topo, []schema.Kind{schema.KindAppRecord}, jetstream.StreamConfig{}); err != nil {
 		return err
 	}
 	rec := schema.NewAppRecord(testenv.UniqueName("req"), "security-test", time.Now())
@@ -216,7 +222,7 @@ func streamMsgs(t *testing.T, env map[string]string) uint64 {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, bus.FromConfig(&cfg).Stream())
+	s, err := js.Stream(ctx, cfg.Topology().Stream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,4 +231,33 @@ func streamMsgs(t *testing.T, env map[string]string) uint64 {
 		t.Fatal(err)
 	}
 	return info.State.Msgs
+}
+
+// setUpStreams runs the setup step for the services given env, as `servescope migrate up` given
+// the same environment would: the streams of env's prefix, with the durable consumer of each
+// consumer environment in consumers (its CONSUMER_* settings).
+func setUpStreams(t *testing.T, env map[string]string, consumers ...map[string]string) {
+	t.Helper()
+	cfg, err := config.LoadFrom[config.NATS](env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []bus.Durable
+	for _, c := range consumers {
+		cc, err := config.LoadFrom[config.Consumer](c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, cc.DurableConsumer())
+	}
+	nc, err := cfg.Connect("security-test-setup", nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatalf("connect to NATS for the setup: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Provision(t, js, cfg, ds...)
 }

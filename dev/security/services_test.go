@@ -279,6 +279,10 @@ func TestServicesKeepSecretsAndLimitBodies(t *testing.T) {
 		gatewayMaxBody = 1 << 20
 		ingestMaxBody  = 256 << 10
 	)
+	// The setup step runs first, as in the compose file: the streams and the durable consumers of
+	// the consumer below and of the one with a wrong ClickHouse password at the end.
+	setUpStreams(t, natsEnv(secrets["NATS password"]), map[string]string{"CONSUMER_FLUSH_INTERVAL": "200ms"},
+		map[string]string{"CONSUMER_DURABLE": "servescope-writer-bad"})
 	vllmAddr, gwAddr, gwBadAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	colHTTP, colGRPC, colMetrics := freeAddr(t), freeAddr(t), freeAddr(t)
 	conMetrics, detMetrics, ragAddr := freeAddr(t), freeAddr(t), freeAddr(t)

@@ -82,9 +82,23 @@ func NATS(t testing.TB) *nats.Conn {
 }
 
 // JetStream gives the test its own subject prefix on the shared NATS server, with the events and
-// dead-letter streams provisioned; both streams are deleted when the test ends. The returned
-// config.NATS carries the prefix, so a service built from it uses the test's streams.
+// dead-letter streams set up by [Provision]; both streams are deleted when the test ends. The
+// returned config.NATS carries the prefix, so a service built from it uses the test's streams.
+// A test that runs the consumer also sets up its durable consumer with Provision.
 func JetStream(t testing.TB) (jetstream.JetStream, bus.Topology, config.NATS) {
+	t.Helper()
+	js, topo, cfg := NATSPrefix(t)
+	Provision(t, js, cfg)
+	return js, topo, cfg
+}
+
+// NATSPrefix gives the test its own subject prefix on the shared NATS server and nothing set up
+// on it: a service started with the returned config.NATS finds no stream until the test runs
+// [Provision]. Whatever streams of the prefix exist when the test ends are deleted. The config's
+// StreamMaxBytes is 256 MiB: JetStream reserves a stream's max_bytes on the server up front, and
+// parallel tests at the production default (10 GiB) exhaust the server's storage reservation
+// (err 10047).
+func NATSPrefix(t testing.TB) (jetstream.JetStream, bus.Topology, config.NATS) {
 	t.Helper()
 	nc := NATS(t)
 	js, err := jetstream.New(nc)
@@ -93,15 +107,8 @@ func JetStream(t testing.TB) (jetstream.JetStream, bus.Topology, config.NATS) {
 	}
 	cfg := NATSConfig(t)
 	cfg.SubjectPrefix = UniqueName("t")
-	// JetStream reserves a stream's max_bytes on the server up front: parallel tests at the
-	// production default (10 GiB) exhaust the server's storage reservation (err 10047).
 	cfg.StreamMaxBytes = 256 << 20
 	topo := bus.Topology{Prefix: cfg.SubjectPrefix}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := bus.Provision(ctx, js, topo, bus.Settings(&cfg)); err != nil {
-		Unavailable(t, "provision JetStream streams: %v", err)
-	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -109,6 +116,20 @@ func JetStream(t testing.TB) (jetstream.JetStream, bus.Topology, config.NATS) {
 		_ = js.DeleteStream(ctx, topo.DLQStream())
 	})
 	return js, topo, cfg
+}
+
+// Provision runs the setup step for cfg's prefix on js, the same code `servescope migrate up`
+// runs: it creates or updates the events and dead-letter streams with cfg's stream limits and
+// each durable consumer of ds. It returns what it did.
+func Provision(t testing.TB, js jetstream.JetStream, cfg config.NATS, ds ...bus.Durable) []bus.Applied {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	applied, err := bus.Setup(ctx, js, cfg.Topology(), cfg.StreamSettings(), ds...)
+	if err != nil {
+		t.Fatalf("set up JetStream streams of prefix %s: %v", cfg.SubjectPrefix, err)
+	}
+	return applied
 }
 
 // ClickHouse gives the test a fresh database on the shared ClickHouse server with every migration

@@ -1,23 +1,27 @@
-// Package bus names servescope's JetStream streams and subjects and provisions them.
+// Package bus names servescope's JetStream streams and subjects, sets them up, and checks them.
 //
 // One subject prefix (default "servescope") derives everything:
 //
 //	stream SERVESCOPE      subjects servescope.v1.>   the events, one subject per kind
 //	stream SERVESCOPE_DLQ  subjects servescope.dlq.>  events the consumer could not take, with the reason
+//	durable consumer servescope-writer on SERVESCOPE  the consumer's, filtered on servescope.v1.>
+//
+// Each resource has one owner: the setup step ([Setup], run by `servescope migrate up` and
+// `servescope streams up`) creates them and is the only code that changes them. The services
+// check rather than change ([CheckStream], [CheckConsumer]): a resource missing, or unable to
+// serve the service (a subject it publishes not taken, the consumer's filter too narrow), is an
+// error wrapping [ErrNotSetUp]; one whose limits differ from the service's own settings is used
+// as it is and the differences are logged ([LogDifferences]).
 //
 // Tests use their own prefix so they never see each other's messages.
 package bus
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
 )
 
@@ -71,7 +75,8 @@ func (t Topology) DLQSubject(originalSubject string) string {
 	return t.Prefix + ".dlq.unknown"
 }
 
-// StreamSettings are the events stream's limits.
+// StreamSettings are the events stream's limits. A zero field is unset: [Setup] applies
+// [DefaultStreamSettings]' value, a check does not compare it.
 type StreamSettings struct {
 	// MaxAge is how long messages are kept.
 	MaxAge time.Duration
@@ -81,14 +86,37 @@ type StreamSettings struct {
 	Replicas int
 }
 
+// DefaultStreamSettings are the limits the setup step gives the events stream when none are
+// configured: 7 days, 10 GiB, one replica.
+var DefaultStreamSettings = StreamSettings{MaxAge: 7 * 24 * time.Hour, MaxBytes: 10 << 30, Replicas: 1}
+
+func (s StreamSettings) withDefaults() StreamSettings {
+	if s.MaxAge <= 0 {
+		s.MaxAge = DefaultStreamSettings.MaxAge
+	}
+	if s.MaxBytes <= 0 {
+		s.MaxBytes = DefaultStreamSettings.MaxBytes
+	}
+	if s.Replicas <= 0 {
+		s.Replicas = DefaultStreamSettings.Replicas
+	}
+	return s
+}
+
 // DuplicateWindow is how long JetStream remembers Nats-Msg-Id values to drop a re-published event.
 const DuplicateWindow = 2 * time.Minute
 
 // DLQMaxAge is how long dead letters are kept for inspection.
 const DLQMaxAge = 30 * 24 * time.Hour
 
-// StreamConfigs returns the configurations of the events stream and the dead-letter stream.
+// dlqMaxBytes is the dead-letter stream's cap for an events stream of maxBytes: a tenth, at
+// least 64 MiB.
+func dlqMaxBytes(maxBytes int64) int64 { return max(maxBytes/10, 64<<20) }
+
+// StreamConfigs returns the configurations of the events stream and the dead-letter stream with
+// limits s (zero fields take DefaultStreamSettings').
 func (t Topology) StreamConfigs(s StreamSettings) (events, dlq jetstream.StreamConfig) {
+	s = s.withDefaults()
 	events = jetstream.StreamConfig{
 		Name:        t.Stream(),
 		Description: "servescope events (schema " + schema.Version + ")",
@@ -101,10 +129,6 @@ func (t Topology) StreamConfigs(s StreamSettings) (events, dlq jetstream.StreamC
 		Replicas:    s.Replicas,
 		Duplicates:  DuplicateWindow,
 	}
-	dlqBytes := s.MaxBytes / 10
-	if dlqBytes < 64<<20 {
-		dlqBytes = 64 << 20
-	}
 	dlq = jetstream.StreamConfig{
 		Name:        t.DLQStream(),
 		Description: "servescope events refused by the consumer, with the reason in " + HeaderDLQReason,
@@ -113,32 +137,59 @@ func (t Topology) StreamConfigs(s StreamSettings) (events, dlq jetstream.StreamC
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardOld,
 		MaxAge:      DLQMaxAge,
-		MaxBytes:    dlqBytes,
+		MaxBytes:    dlqMaxBytes(s.MaxBytes),
 		Replicas:    s.Replicas,
 		Duplicates:  DuplicateWindow,
 	}
 	return events, dlq
 }
 
-// Provision creates the events and dead-letter streams, or updates them to these settings when
-// they exist. It is idempotent and safe to run from every service at start.
-func Provision(ctx context.Context, js jetstream.JetStream, t Topology, s StreamSettings) error {
-	events, dlq := t.StreamConfigs(s)
-	for _, cfg := range []jetstream.StreamConfig{events, dlq} {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			if errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
-				return fmt.Errorf("provision stream %s: JetStream is not enabled on the server (start nats-server with -js): %w", cfg.Name, err)
-			}
-			return fmt.Errorf("provision stream %s on %s: %w", cfg.Name, cfg.Subjects[0], err)
-		}
+// Expected returns what a service configured with s expects of the events and dead-letter
+// streams' limits, for [CheckStream] and [CheckConsumer]: the limits set in s, the fixed
+// duplicate window and dead-letter age, and zero (not compared) for what s leaves unset.
+func (t Topology) Expected(s StreamSettings) (events, dlq jetstream.StreamConfig) {
+	events = jetstream.StreamConfig{Name: t.Stream(), MaxAge: s.MaxAge, MaxBytes: s.MaxBytes, Replicas: s.Replicas, Duplicates: DuplicateWindow}
+	dlq = jetstream.StreamConfig{Name: t.DLQStream(), MaxAge: DLQMaxAge, Replicas: s.Replicas, Duplicates: DuplicateWindow}
+	if s.MaxBytes > 0 {
+		dlq.MaxBytes = dlqMaxBytes(s.MaxBytes)
 	}
-	return nil
+	return events, dlq
 }
 
-// Settings returns the stream limits configured in n.
-func Settings(n *config.NATS) StreamSettings {
-	return StreamSettings{MaxAge: n.StreamMaxAge, MaxBytes: n.StreamMaxBytes, Replicas: n.StreamReplicas}
+// Durable is the consumer's durable pull consumer on the events stream.
+type Durable struct {
+	// Name is the durable name (CONSUMER_DURABLE), shared by every consumer instance.
+	Name string
+	// AckWait is how long the server waits for an acknowledgement before it redelivers.
+	AckWait time.Duration
+	// MaxAckPending caps the messages delivered and not yet acknowledged.
+	MaxAckPending int
 }
 
-// FromConfig returns the topology configured in n.
-func FromConfig(n *config.NATS) Topology { return Topology{Prefix: n.SubjectPrefix} }
+// DurableFor sizes the durable consumer named name for a consumer that inserts batches of
+// batchRows rows at least every flushInterval: AckWait = max(30 s, 10 × flushInterval) and
+// MaxAckPending = 4 × batchRows + min(batchRows, 1000), the second term being the consumer's
+// pull buffer. Package services/consumer/pipeline documents why.
+func DurableFor(name string, batchRows int, flushInterval time.Duration) Durable {
+	return Durable{
+		Name:          name,
+		AckWait:       max(30*time.Second, 10*flushInterval),
+		MaxAckPending: 4*batchRows + min(batchRows, 1000),
+	}
+}
+
+// ConsumerConfig is d on t's events stream: a pull consumer of every event subject from the
+// stream's start, explicit acks, redelivered without limit (the consumer gives up on a message
+// only by terminating it after dead-lettering).
+func (t Topology) ConsumerConfig(d Durable) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       d.Name,
+		Description:   "servescope consumer: events into ClickHouse, acknowledged after the insert",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       d.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: d.MaxAckPending,
+		FilterSubject: t.Subjects(),
+	}
+}

@@ -19,8 +19,10 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.NATS.URL != "nats://127.0.0.1:4222" || cfg.NATS.SubjectPrefix != "servescope" ||
-		cfg.NATS.StreamReplicas != 1 || cfg.NATS.StreamMaxAge != 168*time.Hour || cfg.NATS.StreamMaxBytes != 10<<30 {
+	// The stream limits stay unset: the setup step applies its defaults, a service compares only
+	// what it is given.
+	if cfg.NATS.URL != "nats://127.0.0.1:4222" || cfg.NATS.SubjectPrefix != "servescope" || cfg.NATS.SetupWait != 2*time.Minute ||
+		cfg.NATS.StreamReplicas != 0 || cfg.NATS.StreamMaxAge != 0 || cfg.NATS.StreamMaxBytes != 0 {
 		t.Errorf("NATS defaults: %+v", cfg.NATS)
 	}
 	if len(cfg.ClickHouse.Addr) != 1 || cfg.ClickHouse.Addr[0] != "127.0.0.1:9000" || cfg.ClickHouse.Database != "servescope" || cfg.ClickHouse.User != "default" {
@@ -36,6 +38,8 @@ func TestInvalidValuesNameTheVariable(t *testing.T) {
 		{map[string]string{"SERVESCOPE_STREAM_REPLICAS": "2"}, "SERVESCOPE_STREAM_REPLICAS: must be 1 or 3"},
 		{map[string]string{"SERVESCOPE_STREAM_REPLICAS": "three"}, "SERVESCOPE_STREAM_REPLICAS: invalid value"},
 		{map[string]string{"SERVESCOPE_STREAM_MAX_AGE": "soon"}, "SERVESCOPE_STREAM_MAX_AGE: invalid value"},
+		{map[string]string{"SERVESCOPE_STREAM_MAX_BYTES": "-1"}, "SERVESCOPE_STREAM_MAX_BYTES: must be positive"},
+		{map[string]string{"SERVESCOPE_SETUP_WAIT": "-1s"}, "SERVESCOPE_SETUP_WAIT: must not be negative"},
 		{map[string]string{"SERVESCOPE_NATS_URL": "::not a url"}, "SERVESCOPE_NATS_URL"},
 		{map[string]string{"SERVESCOPE_CLICKHOUSE_ADDR": "localhost"}, "SERVESCOPE_CLICKHOUSE_ADDR: \"localhost\" is not host:port"},
 		{map[string]string{"SERVESCOPE_CLICKHOUSE_ADDR": "http://127.0.0.1:8123"}, "SERVESCOPE_CLICKHOUSE_ADDR: \"http://127.0.0.1:8123\" is not host:port"},
@@ -91,5 +95,36 @@ func TestRedactURL(t *testing.T) {
 	_, err := LoadFrom[NATS](map[string]string{"SERVESCOPE_NATS_URL": "nats://svc:hunter2@ bad host:4222"})
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("invalid URL error leaks or is missing: %v", err)
+	}
+}
+
+type withConsumer struct {
+	NATS     NATS
+	Consumer Consumer
+}
+
+// TestConsumerSettings: the consumer's settings, read by the consumer and by the setup step,
+// with their defaults, their checks, and the durable consumer they size.
+func TestConsumerSettings(t *testing.T) {
+	cfg, err := LoadFrom[withConsumer](map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cfg.Consumer; c.Durable != "servescope-writer" || c.BatchRows != 10000 || c.FlushInterval != time.Second {
+		t.Errorf("defaults: %+v", c)
+	}
+	if d := cfg.Consumer.DurableConsumer(); d.Name != "servescope-writer" || d.MaxAckPending != 41000 || d.AckWait != 30*time.Second {
+		t.Errorf("durable consumer: %+v", d)
+	}
+	for env, want := range map[string]string{
+		"CONSUMER_DURABLE":        "CONSUMER_DURABLE: \"a.b\" must be",
+		"CONSUMER_BATCH_ROWS":     "CONSUMER_BATCH_ROWS: must be between",
+		"CONSUMER_FLUSH_INTERVAL": "CONSUMER_FLUSH_INTERVAL: must be at least 1ms",
+	} {
+		bad := map[string]string{"CONSUMER_DURABLE": "a.b", "CONSUMER_BATCH_ROWS": "0", "CONSUMER_FLUSH_INTERVAL": "0s"}
+		_, err := LoadFrom[withConsumer](map[string]string{env: bad[env]})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s=%s: %v, want %q", env, bad[env], err, want)
+		}
 	}
 }

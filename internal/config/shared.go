@@ -14,6 +14,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/nats-io/nats.go"
+
+	"github.com/servescope/servescope/internal/bus"
 )
 
 // NATS holds the settings every service uses to reach NATS JetStream.
@@ -38,13 +40,28 @@ type NATS struct {
 	// SubjectPrefix is the first token of every subject and the base of the stream names:
 	// "servescope" gives subjects servescope.v1.> and streams SERVESCOPE and SERVESCOPE_DLQ.
 	SubjectPrefix string `env:"SERVESCOPE_SUBJECT_PREFIX" envDefault:"servescope"`
-	// StreamMaxAge is how long the SERVESCOPE stream keeps messages (default 7 days).
-	StreamMaxAge time.Duration `env:"SERVESCOPE_STREAM_MAX_AGE" envDefault:"168h"`
-	// StreamMaxBytes caps the SERVESCOPE stream's size in bytes (default 10 GiB); the oldest
-	// messages go first.
-	StreamMaxBytes int64 `env:"SERVESCOPE_STREAM_MAX_BYTES" envDefault:"10737418240"`
-	// StreamReplicas is the stream's replica count: 1, or 3 on a NATS cluster.
-	StreamReplicas int `env:"SERVESCOPE_STREAM_REPLICAS" envDefault:"1"`
+	// StreamMaxAge, StreamMaxBytes and StreamReplicas are the events stream's limits. They are
+	// applied by the setup step (`servescope migrate up`, `servescope streams up`), the one owner
+	// of the streams, which uses 168h, 10 GiB and 1 for the ones left unset. A service never
+	// changes a stream: given one of them, it compares it with the stream it finds and logs a
+	// difference (the stream's value stays in force). Zero means unset.
+	StreamMaxAge time.Duration `env:"SERVESCOPE_STREAM_MAX_AGE"`
+	// StreamMaxBytes caps the events stream's size in bytes; the oldest messages go first.
+	StreamMaxBytes int64 `env:"SERVESCOPE_STREAM_MAX_BYTES"`
+	// StreamReplicas is the streams' replica count: 1, or 3 on a NATS cluster.
+	StreamReplicas int `env:"SERVESCOPE_STREAM_REPLICAS"`
+	// SetupWait is how long a service waits at start for the streams (and the consumer for its
+	// durable consumer) that the setup step creates before it reports them missing as an error:
+	// the consumer then exits, a publisher keeps spooling its events and checking.
+	SetupWait time.Duration `env:"SERVESCOPE_SETUP_WAIT" envDefault:"2m"`
+}
+
+// Topology returns the stream and subject names derived from n's subject prefix.
+func (n *NATS) Topology() bus.Topology { return bus.Topology{Prefix: n.SubjectPrefix} }
+
+// StreamSettings returns the stream limits set in n; unset ones are zero.
+func (n *NATS) StreamSettings() bus.StreamSettings {
+	return bus.StreamSettings{MaxAge: n.StreamMaxAge, MaxBytes: n.StreamMaxBytes, Replicas: n.StreamReplicas}
 }
 
 var userinfoRE = regexp.MustCompile(`(//[^:/@]*:)[^@]*@`)
@@ -59,14 +76,17 @@ func (n *NATS) Validate() error {
 			return fmt.Errorf("SERVESCOPE_NATS_URL: %q is not a URL like nats://host:4222", RedactURL(u))
 		}
 	}
-	if n.StreamReplicas != 1 && n.StreamReplicas != 3 {
+	if n.StreamReplicas != 0 && n.StreamReplicas != 1 && n.StreamReplicas != 3 {
 		return fmt.Errorf("SERVESCOPE_STREAM_REPLICAS: must be 1 or 3, got %d", n.StreamReplicas)
 	}
-	if n.StreamMaxAge <= 0 {
+	if n.StreamMaxAge < 0 {
 		return fmt.Errorf("SERVESCOPE_STREAM_MAX_AGE: must be positive, got %s", n.StreamMaxAge)
 	}
-	if n.StreamMaxBytes <= 0 {
+	if n.StreamMaxBytes < 0 {
 		return fmt.Errorf("SERVESCOPE_STREAM_MAX_BYTES: must be positive, got %d", n.StreamMaxBytes)
+	}
+	if n.SetupWait < 0 {
+		return fmt.Errorf("SERVESCOPE_SETUP_WAIT: must not be negative, got %s", n.SetupWait)
 	}
 	if !prefixRE.MatchString(n.SubjectPrefix) {
 		return fmt.Errorf("SERVESCOPE_SUBJECT_PREFIX: %q must be lower-case letters, digits, _ or -", n.SubjectPrefix)
@@ -161,6 +181,37 @@ func RedactURL(u string) string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// Consumer holds the settings that shape the consumer's durable consumer. The consumer reads them
+// to batch, and the setup step (`servescope migrate up`) to create the durable consumer with the
+// AckWait and MaxAckPending they imply (package services/consumer/pipeline gives the formulas).
+type Consumer struct {
+	// Durable is the durable consumer's name; every instance with the same name shares the work.
+	Durable string `env:"CONSUMER_DURABLE" envDefault:"servescope-writer"`
+	// BatchRows is the row count at which a table's batch is inserted.
+	BatchRows int `env:"CONSUMER_BATCH_ROWS" envDefault:"10000"`
+	// FlushInterval is the longest a row waits in a batch before the batch is inserted.
+	FlushInterval time.Duration `env:"CONSUMER_FLUSH_INTERVAL" envDefault:"1s"`
+}
+
+// Validate implements Validator.
+func (c *Consumer) Validate() error {
+	if c.Durable == "" || strings.ContainsAny(c.Durable, ". *>\t\r\n") {
+		return fmt.Errorf("CONSUMER_DURABLE: %q must be a non-empty name without '.', '*', '>' or spaces", c.Durable)
+	}
+	if c.BatchRows < 1 || c.BatchRows > 1_000_000 {
+		return fmt.Errorf("CONSUMER_BATCH_ROWS: must be between 1 and 1000000, got %d", c.BatchRows)
+	}
+	if c.FlushInterval < time.Millisecond {
+		return fmt.Errorf("CONSUMER_FLUSH_INTERVAL: must be at least 1ms, got %s", c.FlushInterval)
+	}
+	return nil
+}
+
+// DurableConsumer returns the durable consumer c configures, sized by bus.DurableFor.
+func (c *Consumer) DurableConsumer() bus.Durable {
+	return bus.DurableFor(c.Durable, c.BatchRows, c.FlushInterval)
 }
 
 // ClickHouse holds the settings every service uses to reach ClickHouse over the native protocol.

@@ -13,6 +13,11 @@
 // delivered before it was spooled (its acknowledgement was lost), JetStream's duplicate window
 // and the ClickHouse tables' keys absorb the second copy.
 //
+// The publisher never creates or changes a stream: the setup step (`servescope migrate up`) owns
+// the streams. Given the kinds it sends (Config.Kinds), it checks at start that the events stream
+// exists and takes them, logs what is missing and the command that creates it, and logs the
+// stream's limits that differ from the service's own (Config.Expect).
+//
 // The spool is a directory of append-only segment files of length-prefixed, CRC-32C-checked
 // records, with a cursor file naming the next record to replay. It survives a crash: a record cut
 // short at the end of a segment is skipped with a warning, never replayed garbled. Its size is
@@ -46,6 +51,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/schema"
 )
 
@@ -82,6 +88,21 @@ type Config struct {
 	RetryInterval time.Duration
 	// Logger receives the publisher's logs (default slog.Default()).
 	Logger *slog.Logger
+	// Kinds lists the kinds this publisher sends. When set, the publisher checks in the
+	// background, once NATS answers, that the events stream of its prefix exists and takes each
+	// kind's subject. It never creates or changes a stream: the setup step (`servescope migrate
+	// up`) owns the streams. Until the check passes, events that JetStream refuses are spooled
+	// as always, and the check is retried every RetryInterval, doubling up to 30 s; what is
+	// missing is logged as a warning during SetupWait and as an error after it, and
+	// [Publisher.StreamCheck] returns it.
+	Kinds []schema.Kind
+	// Expect holds this service's own settings for the events stream: once the check passes,
+	// each non-zero MaxAge, MaxBytes, Replicas and Duplicates that differs from the stream's is
+	// logged, all in one warning; the stream is used as it is. Other fields are ignored.
+	Expect jetstream.StreamConfig
+	// SetupWait is how long a failing stream check is logged as a warning before it is logged
+	// as an error (default 2 min): long enough for the setup step that starts alongside.
+	SetupWait time.Duration
 	// Registerer, when set, gets the publisher's counters as Prometheus metrics
 	// (servescope_publish_events_{published,spooled,replayed,dropped}_total,
 	// servescope_publish_spool_events, servescope_publish_spool_bytes, servescope_publish_queue_events).
@@ -115,6 +136,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.SetupWait <= 0 {
+		c.SetupWait = 2 * time.Minute
 	}
 }
 
@@ -171,6 +195,13 @@ type Publisher struct {
 	acked      chan struct{} // closed when the ack loop has resolved every pending publish
 	bgDone     sync.WaitGroup
 
+	// stopCtx ends with stop (cancelStop), for the stream check's requests.
+	stopCtx    context.Context
+	cancelStop context.CancelFunc
+
+	// checkErr is the stream check's outcome: errNotChecked until it ran, nil once it passed.
+	checkErr atomic.Pointer[error]
+
 	published, spooled, replayed, dropped atomic.Uint64
 	dropLogged                            atomic.Int64 // unix seconds of the last drop log line
 }
@@ -221,6 +252,7 @@ func New(nc *nats.Conn, prefix string, cfg Config) (*Publisher, error) {
 		drained:    make(chan struct{}),
 		acked:      make(chan struct{}),
 	}
+	p.stopCtx, p.cancelStop = context.WithCancel(context.Background())
 	if pending, _ := sp.stats(); pending > 0 {
 		p.spooling = true
 		p.log.Info("spool holds events from an earlier run; replaying when NATS answers", "events", pending, "dir", cfg.SpoolDir)
@@ -238,6 +270,13 @@ func New(nc *nats.Conn, prefix string, cfg Config) (*Publisher, error) {
 	if cfg.Fsync == FsyncInterval {
 		p.bgDone.Add(1)
 		go p.syncLoop()
+	}
+	if len(cfg.Kinds) > 0 {
+		p.checkErr.Store(&errNotChecked)
+		p.bgDone.Add(1)
+		go p.checkLoop()
+	} else {
+		p.checkErr.Store(new(error))
 	}
 	return p, nil
 }
@@ -287,6 +326,7 @@ func (p *Publisher) Close(ctx context.Context) error {
 		p.closed = true
 		p.closeMu.Unlock()
 		close(p.stop)
+		p.cancelStop()
 		select {
 		case <-p.drained:
 		case <-ctx.Done():
@@ -471,6 +511,53 @@ func (p *Publisher) resolve(pa pendingAck, abandon bool) {
 		}
 	}
 	p.toSpool(pa.rec, why)
+}
+
+// StreamCheck returns why the events stream cannot take this publisher's kinds yet (an error
+// wrapping bus.ErrNotSetUp when the setup step has not made it so, or NATS's error), or nil once
+// the check passed or when Config.Kinds is empty.
+func (p *Publisher) StreamCheck() error { return *p.checkErr.Load() }
+
+var errNotChecked = errors.New("events stream not checked yet: NATS has not answered")
+
+// checkTimeout bounds one stream check.
+const checkTimeout = 10 * time.Second
+
+// checkLoop checks the events stream until it can take every kind of Config.Kinds (see there).
+func (p *Publisher) checkLoop() {
+	defer p.bgDone.Done()
+	topo := bus.Topology{Prefix: p.prefix}
+	start := time.Now()
+	wait := p.cfg.RetryInterval
+	for {
+		if p.nc.IsConnected() {
+			ctx, cancel := context.WithTimeout(p.stopCtx, checkTimeout)
+			diffs, err := bus.CheckStream(ctx, p.js, topo, p.cfg.Kinds, p.cfg.Expect)
+			cancel()
+			if p.stopCtx.Err() != nil {
+				return
+			}
+			if err == nil {
+				p.checkErr.Store(new(error))
+				p.log.Info("JetStream stream takes this publisher's events", "stream", topo.Stream(), "kinds", p.cfg.Kinds)
+				bus.LogDifferences(p.log, diffs)
+				return
+			}
+			p.checkErr.Store(&err)
+			level := slog.LevelWarn
+			if errors.Is(err, bus.ErrNotSetUp) && time.Since(start) >= p.cfg.SetupWait {
+				level = slog.LevelError
+			}
+			p.log.Log(p.stopCtx, level, "JetStream stream cannot take this publisher's events yet; they are spooled meanwhile",
+				"error", err, "retry_in", wait)
+			wait = min(2*wait, 30*time.Second)
+		}
+		select {
+		case <-p.stop:
+			return
+		case <-time.After(wait):
+		}
+	}
 }
 
 // Reasons for spooling that are not NATS errors.

@@ -15,12 +15,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
-	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/services/collector/collector"
@@ -107,17 +105,10 @@ func withPublisher(parent context.Context, log *slog.Logger, f func(context.Cont
 	defer nc.Close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	pub, err := publish.New(nc, cfg.NATS.SubjectPrefix, publish.Config{
-		SpoolDir:      cfg.SpoolDir,
-		SpoolMaxBytes: cfg.SpoolMaxBytes,
-		Fsync:         publish.FsyncPolicy(cfg.SpoolFsync),
-		Logger:        log.With("component", "publish"),
-		Registerer:    reg,
-	})
+	pub, err := publish.New(nc, cfg.NATS.SubjectPrefix, cfg.PublisherConfig(log.With("component", "publish"), reg))
 	if err != nil {
 		return fmt.Errorf("open publisher: %w", err)
 	}
-	go provision(ctx, nc, &cfg.NATS, log)
 	runErr := f(ctx, cfg, pub, reg)
 	cctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
@@ -156,35 +147,4 @@ func shipLog(ctx context.Context, cfg collector.Config, pub *publish.Publisher, 
 		return err
 	}
 	return sh.Follow(ctx, &logship.Follower{Path: path, State: state, Poll: cfg.LogPollInterval})
-}
-
-// provision creates the JetStream streams, retrying until it succeeds or ctx ends, so the
-// collector can start before NATS (events wait in the spool meanwhile).
-func provision(ctx context.Context, nc *nats.Conn, n *config.NATS, log *slog.Logger) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		log.Error("JetStream context", "error", err)
-		return
-	}
-	topo := bus.FromConfig(n)
-	wait := time.Second
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := bus.Provision(pctx, js, topo, bus.Settings(n))
-		cancel()
-		if err == nil {
-			log.Info("JetStream streams ready", "stream", topo.Stream())
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		log.Warn("provision JetStream streams; retrying", "error", err, "retry_in", wait)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 30*time.Second)
-	}
 }

@@ -1,8 +1,9 @@
-// Command servescope is the operator's CLI: it applies the ClickHouse migrations and reads the
-// recorded data during an investigation (diagnose, postmortem).
+// Command servescope is the operator's CLI: it sets servescope up — the ClickHouse migrations, the
+// JetStream streams and the consumer's durable consumer, of which it is the one owner (`migrate
+// up`, `streams up`) — and reads the recorded data during an investigation (diagnose, postmortem).
 //
 // Connection settings come from the shared environment variables (SERVESCOPE_CLICKHOUSE_ADDR,
-// SERVESCOPE_CLICKHOUSE_DATABASE, ...). Exit codes: 0 when the command ran, 1 on a usage or
+// SERVESCOPE_CLICKHOUSE_DATABASE, SERVESCOPE_NATS_URL, ...). Exit codes: 0 when the command ran, 1 on a usage or
 // operational error, 2 when the data could not be read.
 package main
 
@@ -45,11 +46,11 @@ func main() {
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "servescope",
-		Short:         "servescope operator CLI: migrations and investigations over the recorded requests",
+		Short:         "servescope operator CLI: setup (ClickHouse schema, JetStream streams) and investigations over the recorded requests",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newMigrateCmd(), newHealthcheckCmd(), newAccessCmd())
+	root.AddCommand(newMigrateCmd(), newStreamsCmd(), newHealthcheckCmd(), newAccessCmd())
 	for _, add := range extraCommands {
 		root.AddCommand(add())
 	}

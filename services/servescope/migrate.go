@@ -26,10 +26,15 @@ func newMigrateCmd() *cobra.Command {
 		}
 		return chstore.OpenMigrator(cmd.Context(), cfg)
 	}
+	var withStreams bool
 	up := &cobra.Command{
 		Use:   "up",
-		Short: "Create the database if needed and apply every pending migration (no-op when up to date)",
-		Args:  cobra.NoArgs,
+		Short: "Set up servescope: the ClickHouse schema, then the JetStream streams and durable consumer (no-op when up to date)",
+		Long: "Creates the ClickHouse database if needed and applies every pending migration, then runs\n" +
+			"`servescope streams up`: creates the events and dead-letter streams and the consumer's durable\n" +
+			"consumer, or updates them to SERVESCOPE_STREAM_* and CONSUMER_* (see the README). The services only\n" +
+			"check these resources; this command is their one owner.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			g, err := open(cmd, true)
 			if err != nil {
@@ -39,9 +44,16 @@ func newMigrateCmd() *cobra.Command {
 			if err := g.Up(); err != nil {
 				return err
 			}
-			return printVersion(cmd, g)
+			if err := printVersion(cmd, g); err != nil {
+				return err
+			}
+			if !withStreams {
+				return nil
+			}
+			return streamsUp(cmd)
 		},
 	}
+	up.Flags().BoolVar(&withStreams, "streams", true, "also set up the JetStream streams and durable consumer (servescope streams up)")
 	var steps int
 	down := &cobra.Command{
 		Use:   "down",

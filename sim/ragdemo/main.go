@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/servescope/servescope/internal/config"
+	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/sim/ragdemo/rag"
 )
@@ -65,7 +66,8 @@ func run(log *slog.Logger) error {
 		return err
 	}
 	defer nc.Close()
-	pub, err := publish.New(nc, cfg.NATS.SubjectPrefix, publish.Config{SpoolDir: cfg.SpoolDir, Logger: log})
+	pub, err := publish.New(nc, cfg.NATS.SubjectPrefix, publish.Config{SpoolDir: cfg.SpoolDir, Logger: log,
+		Kinds: []schema.Kind{schema.KindAppRecord}, SetupWait: cfg.NATS.SetupWait})
 	if err != nil {
 		return err
 	}

@@ -48,6 +48,9 @@ const (
 	targetPeakRSSMB  = 300
 )
 
+// benchDurable is the durable consumer (c) drains.
+const benchDurable = "bench-consumer"
+
 type result struct {
 	Bench                      string  `json:"bench"`
 	Events                     int     `json:"events"`
@@ -96,7 +99,7 @@ func run(ctx context.Context, log *slog.Logger, consumerBin string, n, batchRows
 	}
 	id := strings.ToLower(ksuid.New().String())
 	natsCfg.SubjectPrefix = "bench_" + id
-	topo := bus.FromConfig(&natsCfg)
+	topo := natsCfg.Topology()
 	rawDB, consumerDB := chCfg, chCfg
 	rawDB.Database, consumerDB.Database = "bench_raw_"+id, "bench_consumer_"+id
 
@@ -109,7 +112,9 @@ func run(ctx context.Context, log *slog.Logger, consumerBin string, n, batchRows
 	if err != nil {
 		return res, err
 	}
-	if err := bus.Provision(ctx, js, topo, bus.Settings(&natsCfg)); err != nil {
+	// The setup step's code, as `servescope migrate up` runs it: the streams, and the durable
+	// consumer (c) reads, sized for its CONSUMER_BATCH_ROWS and default flush interval.
+	if _, err := bus.Setup(ctx, js, topo, natsCfg.StreamSettings(), bus.DurableFor(benchDurable, batchRows, time.Second)); err != nil {
 		return res, err
 	}
 	defer func() {
@@ -285,7 +290,7 @@ func consumerDrain(ctx context.Context, log *slog.Logger, bin string, js jetstre
 			"SERVESCOPE_SUBJECT_PREFIX=" + natsCfg.SubjectPrefix,
 			"SERVESCOPE_CLICKHOUSE_ADDR=" + strings.Join(db.Addr, ","),
 			"SERVESCOPE_CLICKHOUSE_DATABASE=" + db.Database,
-			"CONSUMER_DURABLE=bench-consumer",
+			"CONSUMER_DURABLE=" + benchDurable,
 			"CONSUMER_BATCH_ROWS=" + strconv.Itoa(batchRows),
 			"CONSUMER_METRICS_ADDR=127.0.0.1:0",
 		},
@@ -307,7 +312,7 @@ func consumerDrain(ctx context.Context, log *slog.Logger, bin string, js jetstre
 			return 0, 0, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
-		c, err := js.Consumer(ctx, topo.Stream(), "bench-consumer")
+		c, err := js.Consumer(ctx, topo.Stream(), benchDurable)
 		if err != nil {
 			continue
 		}

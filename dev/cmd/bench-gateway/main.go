@@ -180,8 +180,8 @@ func run(s settings) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	topo := bus.FromConfig(&natsCfg)
-	if err := bus.Provision(ctx, js, topo, bus.Settings(&natsCfg)); err != nil {
+	topo := natsCfg.Topology()
+	if _, err := bus.Setup(ctx, js, topo, natsCfg.StreamSettings()); err != nil {
 		return false, err
 	}
 	defer func() {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
+	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/services/collector/logship"
 	"github.com/servescope/servescope/services/collector/otlp"
 	"github.com/servescope/servescope/services/collector/scrape"
@@ -100,6 +101,24 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("COLLECTOR_SPOOL_FSYNC: want always, interval or never, got %q", c.SpoolFsync))
 	}
 	return errors.Join(errs...)
+}
+
+// PublisherConfig is the configuration of the collector's publisher: its spool (COLLECTOR_SPOOL_*),
+// and the check at start that the events stream takes engine.sample, engine.span and engine.log,
+// with the stream's limits compared to SERVESCOPE_STREAM_* (see publish.Config.Kinds). log and
+// reg become the publisher's Logger and Registerer.
+func (c *Config) PublisherConfig(log *slog.Logger, reg prometheus.Registerer) publish.Config {
+	expected, _ := c.NATS.Topology().Expected(c.NATS.StreamSettings())
+	return publish.Config{
+		SpoolDir:      c.SpoolDir,
+		SpoolMaxBytes: c.SpoolMaxBytes,
+		Fsync:         publish.FsyncPolicy(c.SpoolFsync),
+		Kinds:         []schema.Kind{schema.KindEngineSample, schema.KindEngineSpan, schema.KindEngineLog},
+		Expect:        expected,
+		SetupWait:     c.NATS.SetupWait,
+		Logger:        log,
+		Registerer:    reg,
+	}
 }
 
 // SpanNaming is how the OTLP receiver names the engine of a span: the configured engine names

@@ -213,11 +213,7 @@ func TestLogLinesSurviveNATSOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	topo := bus.Topology{Prefix: "t_outage"}
-	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer pcancel()
-	if err := bus.Provision(pctx, js, topo, bus.StreamSettings{MaxAge: time.Hour, MaxBytes: 1 << 30, Replicas: 1}); err != nil {
-		t.Fatal(err)
-	}
+	testenv.Provision(t, js, config.NATS{SubjectPrefix: topo.Prefix, StreamMaxAge: time.Hour, StreamMaxBytes: 1 << 30})
 	pub, err := publish.New(nc, topo.Prefix, publish.Config{SpoolDir: t.TempDir(), AckTimeout: time.Second, RetryInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -310,11 +310,13 @@ func TestSimWindowAveragesInClickHouse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ccfg := app.Config{Consumer: config.Consumer{Durable: "collector-test", BatchRows: 1000, FlushInterval: 200 * time.Millisecond},
+		MetricsAddr: ln.Addr().String(), NATS: r.ncfg, ClickHouse: chcfg}
+	testenv.Provision(t, r.js, r.ncfg, ccfg.DurableConsumer())
 	cctx, ccancel := context.WithCancel(context.Background())
 	consumed := make(chan error, 1)
 	go func() {
-		consumed <- app.Run(cctx, app.Config{Durable: "collector-test", BatchRows: 1000, FlushInterval: 200 * time.Millisecond,
-			MetricsAddr: ln.Addr().String(), NATS: r.ncfg, ClickHouse: chcfg}, slog.New(slog.NewTextHandler(io.Discard, nil)), ln)
+		consumed <- app.Run(cctx, ccfg, slog.New(slog.NewTextHandler(io.Discard, nil)), ln)
 	}()
 	defer func() {
 		ccancel()

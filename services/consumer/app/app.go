@@ -31,12 +31,9 @@ import (
 
 // Config is the consumer's configuration, read from the environment with config.Load.
 type Config struct {
-	// Durable is the durable consumer's name; every instance with the same name shares the work.
-	Durable string `env:"CONSUMER_DURABLE" envDefault:"servescope-writer"`
-	// BatchRows is the row count at which a table's batch is inserted.
-	BatchRows int `env:"CONSUMER_BATCH_ROWS" envDefault:"10000"`
-	// FlushInterval is the longest a row waits in a batch before the batch is inserted.
-	FlushInterval time.Duration `env:"CONSUMER_FLUSH_INTERVAL" envDefault:"1s"`
+	// Consumer is CONSUMER_DURABLE, CONSUMER_BATCH_ROWS and CONSUMER_FLUSH_INTERVAL, which the
+	// setup step also reads to create the durable consumer.
+	config.Consumer
 	// MetricsAddr is where /metrics, /healthz and /readyz are served.
 	MetricsAddr string `env:"CONSUMER_METRICS_ADDR" envDefault:":9101"`
 	// NATS and ClickHouse are the shared SERVESCOPE_NATS_* and SERVESCOPE_CLICKHOUSE_* settings.
@@ -49,12 +46,12 @@ func (c *Config) Settings() pipeline.Settings {
 	return pipeline.Settings{Durable: c.Durable, BatchRows: c.BatchRows, FlushInterval: c.FlushInterval}
 }
 
-// Validate implements config.Validator.
+// Validate implements config.Validator (config.Load validates the embedded blocks itself).
 func (c *Config) Validate() error {
 	if c.MetricsAddr == "" {
 		return fmt.Errorf("CONSUMER_METRICS_ADDR: must be host:port or :port")
 	}
-	return c.Settings().Validate()
+	return c.Consumer.Validate()
 }
 
 // retryDelayMax bounds the backoff while waiting for NATS or ClickHouse at start.
@@ -148,30 +145,39 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) err
 	}
 	nc.Store(conn)
 	defer conn.Close()
-	setStage("provisioning JetStream streams")
+	setStage("checking the JetStream streams and the durable consumer")
 	js, err := jetstream.New(conn)
 	if err != nil {
 		return fmt.Errorf("JetStream context: %w", err)
 	}
-	topo := bus.FromConfig(&cfg.NATS)
+	topo := cfg.NATS.Topology()
 	set := cfg.Settings()
 
-	if !retry(ctx, log, "provision JetStream streams", func(ctx context.Context) error {
-		return bus.Provision(ctx, js, topo, bus.Settings(&cfg.NATS))
-	}) {
-		return nil
-	}
-	setStage("creating the durable consumer")
-	var cons jetstream.Consumer
-	if !retry(ctx, log, "create durable consumer "+set.Durable, func(ctx context.Context) error {
-		cons, err = js.CreateOrUpdateConsumer(ctx, topo.Stream(), pipeline.ConsumerConfig(topo, set))
+	// The setup step owns the streams and the durable consumer; they are checked, never changed.
+	// Until they are set up the check is retried (a consumer started alongside `servescope migrate
+	// up` waits for it), for SERVESCOPE_SETUP_WAIT at most.
+	var (
+		cons      jetstream.Consumer
+		diffs     []bus.Difference
+		fatal     error
+		waitSince = time.Now()
+	)
+	if !retry(ctx, log, "check the JetStream streams and durable consumer "+set.Durable, func(ctx context.Context) error {
+		cons, diffs, err = bus.CheckConsumer(ctx, js, topo, cfg.DurableConsumer(), cfg.NATS.StreamSettings())
+		if errors.Is(err, bus.ErrNotSetUp) && time.Since(waitSince) >= cfg.NATS.SetupWait {
+			fatal = err
+			return nil
+		}
 		return err
 	}) {
 		return nil
 	}
+	if fatal != nil {
+		return fatal
+	}
+	bus.LogDifferences(log, diffs)
 	setStage("connecting to ClickHouse")
 	var chConn driver.Conn
-	var fatal error
 	if !retry(ctx, log, "connect to ClickHouse", func(ctx context.Context) error {
 		c, err := chstore.Open(ctx, cfg.ClickHouse)
 		if err != nil {
@@ -209,8 +215,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) err
 	p := pipeline.New(set, topo, js, cons, snk, metrics, log)
 	pipe.Store(p)
 	stage.Store(nil)
+	durable := cons.CachedInfo().Config // as the setup step made it: in force, whatever set says
 	log.Info("consuming", "stream", topo.Stream(), "durable", set.Durable, "batch_rows", set.BatchRows,
-		"flush_interval", set.FlushInterval, "pull_messages", set.PullMessages(), "max_ack_pending", set.MaxAckPending(), "ack_wait", set.AckWait(),
+		"flush_interval", set.FlushInterval, "pull_messages", set.PullMessages(), "max_ack_pending", durable.MaxAckPending, "ack_wait", durable.AckWait,
 		"clickhouse_database", cfg.ClickHouse.Database)
 	err = p.Run(ctx)
 	setStage("stopping")

@@ -271,12 +271,47 @@ func TestMissingTablesFailClearly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = Run(ctx, testConfig(natsCfg, chCfg), discardLogger(), ln)
+	cfg := testConfig(natsCfg, chCfg)
+	setUp(t, cfg.NATS, cfg.Consumer)
+	err = Run(ctx, cfg, discardLogger(), ln)
 	if !errors.Is(err, sink.ErrMissingTables) || !strings.Contains(err.Error(), "table requests") || !strings.Contains(err.Error(), "servescope migrate up") {
 		t.Fatalf("Run = %v, want an error naming table requests and `servescope migrate up`", err)
 	}
 	if ctx.Err() != nil {
 		t.Fatal("Run waited for the context instead of failing")
+	}
+}
+
+// Started where the setup step never ran, the consumer waits SERVESCOPE_SETUP_WAIT for the
+// streams and its durable consumer, then stops with an error that says what to run; it creates
+// nothing itself.
+func TestNotSetUpFailsClearly(t *testing.T) {
+	t.Parallel()
+	js, topo, natsCfg := testenv.NATSPrefix(t)
+	_, chCfg := testenv.ClickHouse(t)
+	natsCfg.SetupWait = time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Run(ctx, testConfig(natsCfg, chCfg), discardLogger(), ln)
+	if !errors.Is(err, bus.ErrNotSetUp) || !strings.Contains(err.Error(), "stream "+topo.Stream()) || !strings.Contains(err.Error(), "run `servescope migrate up`") {
+		t.Fatalf("Run = %v, want an error naming stream %s and `servescope migrate up`", err, topo.Stream())
+	}
+	if ctx.Err() != nil {
+		t.Fatal("Run waited for the context instead of failing")
+	}
+	if _, err := js.Stream(context.Background(), topo.Stream()); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("the consumer created or found stream %s: %v", topo.Stream(), err)
+	}
+
+	// With the streams but not its durable consumer, the error names the durable consumer.
+	testenv.Provision(t, js, natsCfg)
+	err = Run(ctx, testConfig(natsCfg, chCfg), discardLogger(), nil)
+	if !errors.Is(err, bus.ErrNotSetUp) || !strings.Contains(err.Error(), "durable consumer servescope-writer on stream "+topo.Stream()+" does not exist") {
+		t.Fatalf("Run = %v, want an error naming the durable consumer", err)
 	}
 }
 

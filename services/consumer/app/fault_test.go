@@ -58,6 +58,7 @@ func processEnv(natsCfg config.NATS, chCfg config.ClickHouse) map[string]string 
 		"SERVESCOPE_SUBJECT_PREFIX":      natsCfg.SubjectPrefix,
 		"SERVESCOPE_CLICKHOUSE_ADDR":     strings.Join(chCfg.Addr, ","),
 		"SERVESCOPE_CLICKHOUSE_DATABASE": chCfg.Database,
+		"SERVESCOPE_STREAM_MAX_BYTES":    strconv.FormatInt(natsCfg.StreamMaxBytes, 10),
 		"CONSUMER_METRICS_ADDR":          "127.0.0.1:0",
 		"CONSUMER_FLUSH_INTERVAL":        "200ms",
 	}
@@ -88,8 +89,15 @@ type consumerProcess struct {
 	log string
 }
 
+// startProcess sets the durable consumer up for env, as `servescope migrate up` given the same
+// environment would, and starts the consumer binary with env.
 func startProcess(t *testing.T, bin string, env map[string]string) *consumerProcess {
 	t.Helper()
+	sc, err := config.LoadFrom[setupConfig](env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setUp(t, sc.NATS, sc.Consumer)
 	logPath := filepath.Join(t.TempDir(), "consumer.log")
 	var environ []string
 	for k, v := range env {
@@ -298,11 +306,7 @@ func TestNATSOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo := bus.FromConfig(&natsCfg)
-	ctx := context.Background()
-	if err := bus.Provision(ctx, js, topo, bus.Settings(&natsCfg)); err != nil {
-		t.Fatal(err)
-	}
+	topo := natsCfg.Topology()
 	conn, chCfg := testenv.ClickHouse(t)
 	addr, stop := startConsumer(t, testConfig(natsCfg, chCfg))
 	base := time.Now().Add(-time.Hour)

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/servescope/servescope/dev/eventgen"
+	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
@@ -73,6 +74,7 @@ func waitPublished(t *testing.T, js jetstream.JetStream) {
 // returns Run's error after a graceful shutdown.
 func startConsumer(t *testing.T, cfg Config) (addr string, stop func() error) {
 	t.Helper()
+	setUp(t, cfg.NATS, cfg.Consumer)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -112,13 +114,33 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 func testConfig(natsCfg config.NATS, chCfg config.ClickHouse) Config {
 	return Config{
-		Durable:       "servescope-writer",
-		BatchRows:     10000,
-		FlushInterval: 200 * time.Millisecond,
-		MetricsAddr:   "127.0.0.1:0",
-		NATS:          natsCfg,
-		ClickHouse:    chCfg,
+		Consumer:    config.Consumer{Durable: "servescope-writer", BatchRows: 10000, FlushInterval: 200 * time.Millisecond},
+		MetricsAddr: "127.0.0.1:0",
+		NATS:        natsCfg,
+		ClickHouse:  chCfg,
 	}
+}
+
+// setupConfig is what the setup step reads to set up the streams and the durable consumer.
+type setupConfig struct {
+	NATS     config.NATS
+	Consumer config.Consumer
+}
+
+// setUp runs the setup step for the consumer c on n's streams: the same code as
+// `servescope migrate up`, creating or updating the streams and c's durable consumer.
+func setUp(t *testing.T, n config.NATS, c config.Consumer) {
+	t.Helper()
+	nc, err := n.Connect(t.Name()+"-setup", nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatalf("connect to NATS for the setup: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Provision(t, js, n, c.DurableConsumer())
 }
 
 // drainDeadline is how long a test waits for events to land and the consumer's lag to reach 0.

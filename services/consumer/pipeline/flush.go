@@ -82,7 +82,7 @@ func (p *Pipeline) insertPart(ctx context.Context, whole, part *batch) (next []*
 	delay := p.set.RetryMin
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		actx, cancel := context.WithTimeout(ctx, p.set.insertTimeout())
+		actx, cancel := context.WithTimeout(ctx, p.insertTimeout())
 		err := p.write(actx, part, token)
 		cancel()
 		if err == nil {
@@ -360,7 +360,7 @@ func (p *Pipeline) deadLetterOnly(ctx context.Context, whole *batch, refused []r
 	p.log.Error("ingest_errors refused rows; they are in the dead-letter stream only", "rows", len(refused), "reason", refused[0].reason)
 	delay := p.set.RetryMin
 	for {
-		actx, cancel := context.WithTimeout(ctx, p.set.insertTimeout())
+		actx, cancel := context.WithTimeout(ctx, p.insertTimeout())
 		err := p.deadLetter(actx, errs)
 		cancel()
 		if err == nil {

@@ -56,6 +56,12 @@
 //     them. After a crash, the messages go to the other instances (or this one restarted) after
 //     AckWait.
 //
+// MaxAckPending and AckWait are settings of the durable consumer, which the setup step
+// (`servescope migrate up`, bus.Setup) creates from the same CONSUMER_BATCH_ROWS and
+// CONSUMER_FLUSH_INTERVAL; the consumer only checks it (bus.CheckConsumer). A consumer run with
+// other settings than the setup's uses the durable consumer as it is — its MaxAckPending, and its
+// AckWait for the InProgress period and the insert timeout — and logs the difference at start.
+//
 // # Failures
 //
 //   - Undecodable or invalid message: recorded in ingest_errors (ts = the message's JetStream
@@ -114,7 +120,6 @@ package pipeline
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
@@ -151,8 +156,14 @@ type Settings struct {
 // decoders: min(BatchRows, 1000).
 func (s Settings) PullMessages() int { return min(s.BatchRows, 1000) }
 
-// MaxAckPending is 4 × BatchRows + PullMessages (see the package documentation).
-func (s Settings) MaxAckPending() int { return 4*s.BatchRows + s.PullMessages() }
+// MaxAckPending is 4 × BatchRows + PullMessages (see the package documentation): the durable
+// consumer's max_ack_pending that the setup step gives it (bus.DurableFor).
+func (s Settings) MaxAckPending() int { return s.durable().MaxAckPending }
+
+// durable is the durable consumer these settings call for.
+func (s Settings) durable() bus.Durable {
+	return bus.DurableFor(s.Durable, s.BatchRows, s.FlushInterval)
+}
 
 // inserters is how many batches are inserted at a time.
 const inserters = 2
@@ -161,12 +172,11 @@ const inserters = 2
 // does not list is retried before it is split (see the package documentation).
 const unknownAttempts = 10
 
-// AckWait is max(30 s, 10 × FlushInterval) (see the package documentation).
-func (s Settings) AckWait() time.Duration { return max(30*time.Second, 10*s.FlushInterval) }
-
-// insertTimeout bounds one insert attempt, so that a hung connection counts as a failure well
-// before the messages' AckWait runs out.
-func (s Settings) insertTimeout() time.Duration { return max(s.AckWait()/3, 10*time.Second) }
+// AckWait is max(30 s, 10 × FlushInterval) (see the package documentation): the durable
+// consumer's ack_wait that the setup step gives it (bus.DurableFor). A pipeline times its work
+// by the durable consumer's ack_wait in force, which is this unless the durable consumer was set
+// up with other settings.
+func (s Settings) AckWait() time.Duration { return s.durable().AckWait }
 
 func (s Settings) tick() time.Duration {
 	return min(max(s.FlushInterval/4, 10*time.Millisecond), 250*time.Millisecond)
@@ -186,36 +196,6 @@ func (s Settings) withDefaults() Settings {
 		s.RetryMax = 5 * time.Second
 	}
 	return s
-}
-
-// Validate checks the settings.
-func (s Settings) Validate() error {
-	if s.Durable == "" || strings.ContainsAny(s.Durable, ". *>\t\r\n") {
-		return fmt.Errorf("CONSUMER_DURABLE: %q must be a non-empty name without '.', '*', '>' or spaces", s.Durable)
-	}
-	if s.BatchRows < 1 || s.BatchRows > 1_000_000 {
-		return fmt.Errorf("CONSUMER_BATCH_ROWS: must be between 1 and 1000000, got %d", s.BatchRows)
-	}
-	if s.FlushInterval < time.Millisecond {
-		return fmt.Errorf("CONSUMER_FLUSH_INTERVAL: must be at least 1ms, got %s", s.FlushInterval)
-	}
-	return nil
-}
-
-// ConsumerConfig is the durable pull consumer on t's events stream: explicit acks, AckWait and
-// MaxAckPending from s, redelivered without limit (a message is only ever given up on by
-// dead-lettering it).
-func ConsumerConfig(t bus.Topology, s Settings) jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{
-		Durable:       s.Durable,
-		Description:   "servescope consumer: events into ClickHouse, acknowledged after the insert",
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       s.AckWait(),
-		MaxDeliver:    -1,
-		MaxAckPending: s.MaxAckPending(),
-		FilterSubject: t.Subjects(),
-	}
 }
 
 // Sink is where batches go; *sink.Sink implements it. Its errors are sorted by sink.Classify.
@@ -239,13 +219,28 @@ type Pipeline struct {
 	failures map[string]string // table → why its inserts fail; absent while they succeed
 	acked    atomic.Uint64
 	inserted atomic.Uint64
+
+	// ackWait is the durable consumer's ack_wait in force on the server, by which the pipeline
+	// times its InProgress signals and bounds an insert.
+	ackWait time.Duration
 }
 
-// New returns a pipeline reading from cons (created with [ConsumerConfig]), writing to snk and
-// dead-lettering through js on topo's dead-letter subjects.
+// New returns a pipeline reading from cons (the durable consumer that bus.Setup creates and
+// bus.CheckConsumer returns), writing to snk and dead-lettering through js on topo's dead-letter
+// subjects. It follows cons's ack_wait as the server has it, which differs from set.AckWait()
+// only when the durable consumer was set up with other settings.
 func New(set Settings, topo bus.Topology, js jetstream.JetStream, cons jetstream.Consumer, snk Sink, m *Metrics, log *slog.Logger) *Pipeline {
-	return &Pipeline{set: set.withDefaults(), topo: topo, js: js, cons: cons, sink: snk, metrics: m, log: log, failures: map[string]string{}}
+	p := &Pipeline{set: set.withDefaults(), topo: topo, js: js, cons: cons, sink: snk, metrics: m, log: log, failures: map[string]string{}}
+	p.ackWait = p.set.AckWait()
+	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+		p.ackWait = info.Config.AckWait
+	}
+	return p
 }
+
+// insertTimeout bounds one insert attempt, so that a hung connection counts as a failure well
+// before the messages' ack_wait runs out.
+func (p *Pipeline) insertTimeout() time.Duration { return max(p.ackWait/3, 10*time.Second) }
 
 // SinkError is "" while inserts succeed, else what failed: for each table whose last insert
 // attempt failed for a reason that is retried (ClickHouse unreachable, overloaded, not set up),
@@ -472,7 +467,7 @@ func (p *Pipeline) batchLoop(in <-chan []item, out chan<- *batch) {
 // reset, so that JetStream does not redeliver messages this instance still holds. Messages of b
 // already acknowledged (parts of a split batch) are skipped by nats.go without a round trip.
 func (p *Pipeline) keepAlive(b *batch, now time.Time) {
-	if now.Sub(b.touched) < p.set.AckWait()/3 {
+	if now.Sub(b.touched) < p.ackWait/3 {
 		return
 	}
 	for _, m := range b.msgs {

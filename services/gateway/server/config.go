@@ -109,3 +109,13 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// publishedKinds are the kinds the gateway publishes: request.started and request.finished,
+// and app.record when the ingest endpoint is on.
+func (c *Config) publishedKinds() []schema.Kind {
+	kinds := []schema.Kind{schema.KindRequestStarted, schema.KindRequestFinished}
+	if c.IngestToken != "" {
+		kinds = append(kinds, schema.KindAppRecord)
+	}
+	return kinds
+}

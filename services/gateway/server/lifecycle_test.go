@@ -3,10 +3,13 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/internal/bus"
@@ -68,8 +71,9 @@ func TestShutdownDrainsStreamsThenFlushesEvents(t *testing.T) {
 	}
 }
 
-// TestStartsBeforeNATS starts the gateway while its NATS server is down: requests succeed, and
-// once NATS is up the gateway creates the streams and delivers the spooled events.
+// TestStartsBeforeNATS starts the gateway while its NATS server is down and nothing is set up:
+// requests succeed, and once NATS is up and the setup step has made the streams, the gateway's
+// stream check passes and it delivers the spooled events. It never creates a stream itself.
 func TestStartsBeforeNATS(t *testing.T) {
 	t.Parallel()
 	ns := testenv.StartNATS(t)
@@ -89,7 +93,13 @@ func TestStartsBeforeNATS(t *testing.T) {
 	waitFor(t, func() bool { return srv.Publisher().Stats().Spooled == 40 }, "40 events in the spool")
 	ns.Start()
 	js := privateJetStream(t, ns.URL())
-	topo := bus.FromConfig(&natsCfg)
+	topo := natsCfg.Topology()
+	waitFor(t, func() bool { return errors.Is(srv.Publisher().StreamCheck(), bus.ErrNotSetUp) }, "the gateway to find no stream set up")
+	if _, err := js.Stream(context.Background(), topo.Stream()); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("stream %s before the setup: %v, want none: the gateway must not create it", topo.Stream(), err)
+	}
+	testenv.Provision(t, js, natsCfg)
+	waitFor(t, func() bool { return srv.Publisher().StreamCheck() == nil }, "the gateway's stream check to pass after the setup")
 	waitFor(t, func() bool { return srv.Publisher().Stats().SpoolEvents == 0 }, "the spool to drain after NATS started")
 	evs := events(t, js, topo)
 	kinds := map[schema.Kind]int{}

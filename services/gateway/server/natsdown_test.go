@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/servescope/servescope/dev/testenv"
-	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/schema"
 )
 
@@ -30,14 +29,10 @@ func TestNATSStoppedDuringRun(t *testing.T) {
 	natsCfg := testenv.NATSConfig(t)
 	natsCfg.URL = ns.URL()
 	natsCfg.SubjectPrefix = testenv.UniqueName("t")
-	topo := bus.FromConfig(&natsCfg)
+	topo := natsCfg.Topology()
 
 	js := privateJetStream(t, ns.URL())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	if err := bus.Provision(ctx, js, topo, bus.Settings(&natsCfg)); err != nil {
-		t.Fatalf("provision: %v", err)
-	}
-	cancel()
+	testenv.Provision(t, js, natsCfg)
 
 	_, engineURL := startEngine(t, 0, 0)
 	srv, gw := startGateway(t, engineURL, natsCfg, nil)

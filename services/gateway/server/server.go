@@ -14,12 +14,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/services/gateway/ingest"
 	"github.com/servescope/servescope/services/gateway/proxy"
@@ -79,12 +77,16 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	expected, _ := cfg.NATS.Topology().Expected(cfg.NATS.StreamSettings())
 	s.pub, err = publish.New(nc, cfg.NATS.SubjectPrefix, publish.Config{
 		SpoolDir:      cfg.SpoolDir,
 		SpoolMaxBytes: cfg.SpoolMaxBytes,
 		Fsync:         publish.FsyncPolicy(cfg.SpoolFsync),
 		QueueSize:     cfg.PublishQueueSize,
 		Linger:        cfg.PublishLinger,
+		Kinds:         cfg.publishedKinds(),
+		Expect:        expected,
+		SetupWait:     cfg.NATS.SetupWait,
 		Logger:        log.With("component", "publish"),
 		Registerer:    reg,
 	})
@@ -154,8 +156,9 @@ func (s *Server) buildHandler(reg *prometheus.Registry) (http.Handler, error) {
 	return mux, nil
 }
 
-// readyz answers 200 while the gateway takes traffic and 503 once it drains. NATS being away
-// does not make it unready: requests are still served and their events spooled.
+// readyz answers 200 while the gateway takes traffic and 503 once it drains. NATS being away,
+// or its streams not set up yet ("stream_check" says what is missing), does not make it unready:
+// requests are still served and their events spooled.
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	st := s.pub.Stats()
 	body := map[string]any{
@@ -163,6 +166,9 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		"spool_events":   st.SpoolEvents,
 		"spool_bytes":    st.SpoolBytes,
 		"dropped":        st.Dropped,
+	}
+	if err := s.pub.StreamCheck(); err != nil {
+		body["stream_check"] = err.Error()
 	}
 	status := http.StatusOK
 	if s.draining.Load() {
@@ -184,10 +190,6 @@ func (s *Server) Publisher() *publish.Publisher { return s.pub }
 // for in-flight requests (streams included) to finish, and then flushes the publisher to
 // JetStream or the spool.
 func (s *Server) Run(ctx context.Context) error {
-	bg, stopBG := context.WithCancel(context.Background())
-	defer stopBG()
-	go s.provision(bg)
-
 	errc := make(chan error, 1)
 	go func() { errc <- s.http.Serve(s.ln) }()
 	s.log.Info("gateway listening", "addr", s.Addr(), "upstream", s.cfg.UpstreamURL, "subject_prefix", s.cfg.NATS.SubjectPrefix)
@@ -205,7 +207,6 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Warn("in-flight requests did not finish in time", "error", err)
 		_ = s.http.Close()
 	}
-	stopBG()
 	s.proxy.Close()
 	pctx, pcancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer pcancel()
@@ -230,35 +231,4 @@ func (s *Server) closeBackground() {
 	defer cancel()
 	_ = s.pub.Close(ctx)
 	s.nc.Close()
-}
-
-// provision creates the JetStream streams, retrying until it succeeds or ctx ends, so the
-// gateway can start before NATS.
-func (s *Server) provision(ctx context.Context) {
-	js, err := jetstream.New(s.nc)
-	if err != nil {
-		s.log.Error("JetStream context", "error", err)
-		return
-	}
-	topo := bus.FromConfig(&s.cfg.NATS)
-	wait := time.Second
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := bus.Provision(pctx, js, topo, bus.Settings(&s.cfg.NATS))
-		cancel()
-		if err == nil {
-			s.log.Info("JetStream streams ready", "stream", topo.Stream())
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		s.log.Warn("provision JetStream streams; retrying", "error", err, "retry_in", wait)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 30*time.Second)
-	}
 }

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/internal/config"
+)
+
+// streamsConfig is what the setup of the JetStream resources reads: the NATS connection, the
+// subject prefix and stream limits (SERVESCOPE_NATS_*, SERVESCOPE_SUBJECT_PREFIX,
+// SERVESCOPE_STREAM_*), and the consumer's settings that size its durable consumer (CONSUMER_*).
+type streamsConfig struct {
+	NATS     config.NATS
+	Consumer config.Consumer
+}
+
+// streamsTimeout bounds the setup or check of the streams and the durable consumer.
+const streamsTimeout = 30 * time.Second
+
+func newStreamsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "streams",
+		Short: "Set up or check the JetStream streams and the consumer's durable consumer",
+		Long: "The setup step owns servescope's JetStream resources: the events stream, the dead-letter stream and\n" +
+			"the consumer's durable consumer. `streams up` creates or updates them (`migrate up` runs it too);\n" +
+			"the services only check them, as `streams check` does.",
+	}
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Create the streams and the durable consumer, or update them to these settings (no-op when they match)",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return streamsUp(cmd) },
+	}
+	check := &cobra.Command{
+		Use:   "check",
+		Short: "Check the streams and the durable consumer as the services do, and print where they differ from these settings",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withJetStream(cmd, func(ctx context.Context, js jetstream.JetStream, cfg streamsConfig) error {
+				topo := cfg.NATS.Topology()
+				d := cfg.Consumer.DurableConsumer()
+				_, diffs, err := bus.CheckConsumer(ctx, js, topo, d, cfg.NATS.StreamSettings())
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				fmt.Fprintf(out, "streams %s and %s and durable consumer %s take every event kind\n", topo.Stream(), topo.DLQStream(), d.Name)
+				for _, df := range diffs {
+					what := "stream " + df.Stream
+					if df.Consumer != "" {
+						what = "durable consumer " + df.Consumer + " on " + df.Stream
+					}
+					fmt.Fprintf(out, "%s: %s is %s, these settings say %s\n", what, df.Setting, df.Server, df.Service)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.AddCommand(up, check)
+	return cmd
+}
+
+// streamsUp runs the setup of the JetStream resources and prints one line per resource.
+func streamsUp(cmd *cobra.Command) error {
+	return withJetStream(cmd, func(ctx context.Context, js jetstream.JetStream, cfg streamsConfig) error {
+		applied, err := bus.Setup(ctx, js, cfg.NATS.Topology(), cfg.NATS.StreamSettings(), cfg.Consumer.DurableConsumer())
+		for _, a := range applied {
+			fmt.Fprintln(cmd.OutOrStdout(), a)
+		}
+		return err
+	})
+}
+
+func withJetStream(cmd *cobra.Command, f func(context.Context, jetstream.JetStream, streamsConfig) error) error {
+	cfg, err := config.Load[streamsConfig]()
+	if err != nil {
+		return err
+	}
+	nc, err := cfg.NATS.Connect("servescope-setup", nats.Timeout(10*time.Second))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("JetStream context: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), streamsTimeout)
+	defer cancel()
+	err = f(ctx, js, cfg)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("no answer from JetStream at %s within %s: %w", config.RedactURL(cfg.NATS.URL), streamsTimeout, err)
+	}
+	return err
+}
