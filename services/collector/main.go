@@ -120,7 +120,7 @@ type publishing struct {
 // openPublishing connects to NATS (in the background: the collector starts before NATS, its
 // events waiting in the spool) and opens the publisher.
 func openPublishing(cfg collector.Config, log *slog.Logger) (*publishing, error) {
-	nc, err := cfg.NATS.Connect("servescope-collector",
+	nc, err := cfg.NATS.Connect("servescope-collector", append(config.NATSEventHandlers(log, config.RedactURL(cfg.NATS.URL)),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
@@ -134,7 +134,7 @@ func openPublishing(cfg collector.Config, log *slog.Logger) (*publishing, error)
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted())
 		}),
-	)
+	)...)
 	if err != nil {
 		return nil, err
 	}

@@ -63,7 +63,7 @@ func command() *service.Command {
 // run serves until ctx ends. The parts stop in this order: the HTTP server (30 s for answers in
 // flight), the publisher's flush of their records, the NATS connection.
 func run(ctx context.Context, cfg settings, log *slog.Logger) error {
-	nc, err := cfg.NATS.Connect("ragdemo", nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
+	nc, err := cfg.NATS.Connect("ragdemo", append(config.NATSEventHandlers(log, config.RedactURL(cfg.NATS.URL)), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))...)
 	if err != nil {
 		return err
 	}

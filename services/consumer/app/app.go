@@ -160,7 +160,7 @@ func ignoreStopped(err error) error {
 func (c *consumer) run(ctx context.Context) error {
 	cfg, log := c.cfg, c.log
 	c.ready.Starting("connecting to NATS")
-	conn, err := cfg.NATS.Connect("servescope-consumer",
+	conn, err := cfg.NATS.Connect("servescope-consumer", append(config.NATSEventHandlers(log, config.RedactURL(cfg.NATS.URL)),
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
@@ -171,7 +171,7 @@ func (c *consumer) run(ctx context.Context) error {
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrl()) }),
-	)
+	)...)
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/internal/retry"
 	"github.com/servescope/servescope/internal/service"
 	"github.com/servescope/servescope/schema/publish"
@@ -68,7 +69,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, ready: service.NewReadiness(), engines: engines,
 		engineHealth: &http.Client{Transport: proxy.NewTransport(cfg.UpstreamDialTimeout, service.CheckTimeout), Timeout: service.CheckTimeout}}
 
-	nc, err := cfg.NATS.Connect("servescope-gateway",
+	nc, err := cfg.NATS.Connect("servescope-gateway", append(config.NATSEventHandlers(log, config.RedactURL(cfg.NATS.URL)),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
@@ -83,7 +84,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted())
 		}),
-	)
+	)...)
 	if err != nil {
 		return nil, err
 	}
