@@ -76,7 +76,7 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	arrival := time.Now()
 	if r.Method == http.MethodGet && r.URL.Path == "/health" {
 		// vLLM's GET /health: 200 with an empty body while its engine runs
-		// (vllm/entrypoints/openai/api_server.py at v0.10.x); the gateway's /readyz asks it.
+		// (vllm/entrypoints/serve/instrumentator/health.py on main); the gateway's /readyz asks it.
 		w.WriteHeader(http.StatusOK)
 		return
 	}
