@@ -74,6 +74,12 @@ type request struct {
 // ServeHTTP implements http.Handler.
 func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	arrival := time.Now()
+	if r.Method == http.MethodGet && r.URL.Path == "/health" {
+		// vLLM's GET /health: 200 with an empty body while its engine runs
+		// (vllm/entrypoints/serve/instrumentator/health.py on main); the gateway's /readyz asks it.
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	if r.Method == http.MethodGet && r.URL.Path == "/v1/models" {
 		writeJSON(w, http.StatusOK, openaiwire.ModelList{Object: "list", Data: []openaiwire.Model{{ID: e.Model, Object: "model", Created: e.Created, OwnedBy: "vllm", Root: e.Model, MaxModelLen: e.MaxModelLen}}})
 		return

@@ -5,11 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,9 +33,10 @@ func TestOnceAtPrintsAlertsAsJSONLines(t *testing.T) {
 	t.Setenv("SERVESCOPE_CLICKHOUSE_DATABASE", ch.Database)
 	t.Setenv("DETECTOR_WEBHOOK_URLS", "http://127.0.0.1:1/never-called")
 	var stdout, stderr bytes.Buffer
-	log := slog.New(slog.NewJSONHandler(&stderr, nil))
-	if err := run(context.Background(), []string{"--once", "--at", at.Format(time.RFC3339)}, &stdout, log); err != nil {
-		t.Fatalf("run: %v\nstderr: %s", err, stderr.String())
+	c := command(&stdout)
+	c.Stderr = &stderr
+	if code := c.Execute(context.Background(), []string{"--once", "--at", at.Format(time.RFC3339)}); code != 0 {
+		t.Fatalf("detector --once --at: exit status %d\nstderr: %s", code, stderr.String())
 	}
 	sc := bufio.NewScanner(&stdout)
 	var rules []string
@@ -58,16 +60,32 @@ func TestOnceAtPrintsAlertsAsJSONLines(t *testing.T) {
 	}
 }
 
+// Bad usage exits 2 before anything is read or connected, saying what is wrong.
 func TestFlagErrors(t *testing.T) {
-	for _, args := range [][]string{{"--at", "2026-11-30T09:00:00Z"}, {"--once", "--at", "yesterday"}, {"--bogus"}} {
-		if err := run(context.Background(), args, io.Discard, slog.New(slog.DiscardHandler)); err == nil {
-			t.Errorf("run %v: no error", args)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--at", "2026-11-30T09:00:00Z"}, "--at needs --once"},
+		{[]string{"--once", "--at", "yesterday"}, "want an RFC 3339 time"},
+		{[]string{"--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"--once", "extra"}, "unexpected arguments"},
+		{[]string{"--log.level", "loud"}, "--log.level (SERVESCOPE_LOG_LEVEL)"},
+	} {
+		var stderr bytes.Buffer
+		c := command(io.Discard)
+		c.Stderr = &stderr
+		if code := c.Execute(context.Background(), tc.args); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("detector %v: exit status %d, stderr %q; want 2 and %q", tc.args, code, stderr.String(), tc.want)
 		}
 	}
 }
 
 // TestStartsWhileClickHouseIsDown is the reproducer of a detector that exited at start during a
 // ClickHouse outage (and so stayed down): it must wait for the server, then serve and evaluate.
+// Meanwhile it is alive (/healthz 200: a supervisor must not restart it) and not ready
+// (/readyz 503); once ClickHouse is back it is ready, and SIGTERM (here the context) stops it
+// with status 0.
 func TestStartsWhileClickHouseIsDown(t *testing.T) {
 	ch := testenv.StartClickHouse(t)
 	cfg := testenv.ClickHouseConfig(t)
@@ -84,32 +102,70 @@ func TestStartsWhileClickHouseIsDown(t *testing.T) {
 	t.Setenv("DETECTOR_INTERVAL", "1s")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, io.Discard, slog.New(slog.DiscardHandler)) }()
-	select {
-	case err := <-done:
-		t.Fatalf("detector stopped while ClickHouse was down: %v", err)
-	case <-time.After(2 * time.Second):
-	}
+	done := make(chan int, 1)
+	var stderr syncBuffer
+	go func() {
+		c := command(io.Discard)
+		c.Stderr = &stderr
+		done <- c.Execute(ctx, nil)
+	}()
+	// Alive and not ready, and still running, while ClickHouse is down.
+	waitStatus(t, done, &stderr, "http://"+metrics+"/healthz", http.StatusOK, "ok")
+	waitStatus(t, done, &stderr, "http://"+metrics+"/readyz", http.StatusServiceUnavailable, `"reason":"starting: connect to ClickHouse"`)
 	ch.Start()
-	deadline := time.Now().Add(30 * time.Second)
+	waitStatus(t, done, &stderr, "http://"+metrics+"/readyz", http.StatusOK, `"clickhouse":"ok"`)
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("detector after shutdown: exit status %d\n%s", code, stderr.String())
+	}
+}
+
+// waitStatus polls url until it answers status with a body containing want, failing the test
+// after 60 s or when the detector exits.
+func waitStatus(t *testing.T, done chan int, stderr *syncBuffer, url string, status int, want string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var last string
 	for {
-		resp, err := http.Get("http://" + metrics + "/healthz")
+		select {
+		case code := <-done:
+			t.Fatalf("detector exited with status %d while waiting for %s:\n%s", code, url, stderr.String())
+		default:
+		}
+		resp, err := http.Get(url)
 		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
+			if resp.StatusCode == status && strings.Contains(string(b), want) {
+				return
 			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, b)
+		} else {
+			last = err.Error()
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("detector did not serve /healthz after ClickHouse came back: %v", err)
+			t.Fatalf("%s: last answer %s, want %d with %q", url, last, status, want)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("detector after shutdown: %v", err)
-	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the detector's log and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func freeAddr(t *testing.T) string {

@@ -60,12 +60,12 @@ window holds no record.`,
 			}
 			conn, err := chstore.Open(cmd.Context(), cfg)
 			if err != nil {
-				return &exitError{code: 2, err: err}
+				return dataUnreadable(err)
 			}
 			defer conn.Close()
 			rep, err := diagnose.Run(cmd.Context(), conn, diagnose.Options{Window: window, Baseline: base, Model: model})
 			if err != nil {
-				return &exitError{code: 2, err: err}
+				return dataUnreadable(err)
 			}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())

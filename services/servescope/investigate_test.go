@@ -18,21 +18,17 @@ import (
 
 const crashLog = "postmortem/testdata/v0_10_type_one.log"
 
-// run executes the CLI with args and returns its output and exit code as main would set it.
+// run executes the CLI with args and returns its output and exit code as main would set them,
+// and what it printed on standard error as an error (nil when it printed nothing).
 func run(t *testing.T, args ...string) (string, int, error) {
 	t.Helper()
-	root := newRootCmd()
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetArgs(args)
-	err := root.ExecuteContext(context.Background())
-	code := 0
-	if err != nil {
-		code = 1
-		var ee *exitError
-		if errors.As(err, &ee) {
-			code = ee.code
-		}
+	cli := newCLI()
+	var out, stderr bytes.Buffer
+	cli.Stdout, cli.Stderr = &out, &stderr
+	code := cli.Execute(context.Background(), args)
+	var err error
+	if stderr.Len() > 0 {
+		err = errors.New(stderr.String())
 	}
 	return out.String(), code, err
 }

@@ -3,52 +3,45 @@
 // up`, `streams up`) — and reads the recorded data during an investigation (diagnose, postmortem).
 //
 // Connection settings come from the shared environment variables (SERVESCOPE_CLICKHOUSE_ADDR,
-// SERVESCOPE_CLICKHOUSE_DATABASE, SERVESCOPE_NATS_URL, ...). Exit codes: 0 when the command ran, 1 on a usage or
-// operational error, 2 when the data could not be read.
+// SERVESCOPE_CLICKHOUSE_DATABASE, SERVESCOPE_NATS_URL, ...); the common flags (--log.level,
+// --log.format, --version) apply to every subcommand. Exit codes: 0 when the command ran, 1 on a
+// usage or operational error, 2 when the data could not be read.
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/servescope/servescope/internal/service"
 )
 
-// exitError carries a specific exit code out of a command.
-type exitError struct {
-	code int
-	err  error
-}
+func main() { newCLI().Main() }
 
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
+// newCLI is the command tree with the common flags, --version and the exit codes above.
+func newCLI() *service.Cobra {
 	root := newRootCmd()
-	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "servescope:", err)
-		var ee *exitError
-		if errors.As(err, &ee) {
-			os.Exit(ee.code)
+	cli := service.NewCobra("servescope", root)
+	cli.UsageCode = 1
+	withLogger := root.PersistentPreRunE
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		if err := withLogger(cmd, args); err != nil {
+			return err
 		}
-		os.Exit(1)
+		// Libraries that log through log/slog's default logger follow the flags too.
+		slog.SetDefault(cli.Logger())
+		return nil
 	}
+	return cli
 }
+
+// dataUnreadable is exit code 2: the data could not be read.
+func dataUnreadable(err error) error { return service.Exit(2, err) }
 
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "servescope",
-		Short:         "servescope operator CLI: setup (ClickHouse schema, JetStream streams) and investigations over the recorded requests",
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Use:   "servescope",
+		Short: "servescope operator CLI: setup (ClickHouse schema, JetStream streams) and investigations over the recorded requests",
 	}
 	root.AddCommand(newMigrateCmd(), newStreamsCmd(), newHealthcheckCmd(), newAccessCmd())
 	for _, add := range extraCommands {

@@ -54,10 +54,10 @@ holds no line.`,
 			if logFile != "" {
 				var err error
 				if lines, err = readLogFile(cmd, logFile, engine); err != nil {
-					return &exitError{code: 2, err: err}
+					return dataUnreadable(err)
 				}
 				if len(lines) == 0 {
-					return &exitError{code: 2, err: fmt.Errorf("log %s is empty", logFile)}
+					return dataUnreadable(fmt.Errorf("log %s is empty", logFile))
 				}
 				source = "file " + logFile
 			} else {
@@ -67,11 +67,11 @@ holds no line.`,
 				}
 				conn, err := chstore.Open(cmd.Context(), cfg)
 				if err != nil {
-					return &exitError{code: 2, err: err}
+					return dataUnreadable(err)
 				}
 				defer conn.Close()
 				if lines, opts.Model, err = postmortem.Load(cmd.Context(), conn, engine, opts.At); err != nil {
-					return &exitError{code: 2, err: err}
+					return dataUnreadable(err)
 				}
 			}
 			rep := postmortem.Analyze(lines, opts)

@@ -4,41 +4,34 @@
 //
 //	loadgen run --target http://127.0.0.1:8000 --scenario overload [--json]
 //
-// The exit code is 0 when the run completed, whatever errors it counted; 2 for bad usage; 1
-// when the run could not start.
+// The common flags (--log.level, --log.format, --version) apply too. The exit code is 0 when the
+// run completed, whatever errors it counted; 2 for bad usage; 1 when the run could not start.
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/servescope/servescope/internal/service"
 	"github.com/servescope/servescope/sim/loadgen/load"
 )
 
-func main() {
-	os.Exit(execute(os.Args[1:]))
-}
+func main() { os.Exit(execute(os.Args[1:])) }
 
+// execute runs loadgen with args until SIGINT or SIGTERM and returns the exit status.
 func execute(args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := service.SignalContext()
 	defer stop()
-	root := &cobra.Command{Use: "loadgen", Short: "Load generator for OpenAI-compatible LLM servers", SilenceUsage: true}
+	root := &cobra.Command{Use: "loadgen", Short: "Load generator for OpenAI-compatible LLM servers"}
 	root.AddCommand(runCommand())
-	root.SetArgs(args)
-	if err := root.ExecuteContext(ctx); err != nil {
-		return 1
-	}
-	return 0
+	return service.NewCobra("loadgen", root).Execute(ctx, args)
 }
 
 func runCommand() *cobra.Command {
@@ -56,11 +49,11 @@ func runCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("duration") && cmd.Flags().Changed("requests") {
-				return fmt.Errorf("give --duration or --requests, not both")
+				return service.UsageError(fmt.Errorf("give --duration or --requests, not both"))
 			}
 			switch {
 			case cmd.Flags().Changed("stream") && cmd.Flags().Changed("stream-share"):
-				return fmt.Errorf("give --stream or --stream-share, not both")
+				return service.UsageError(fmt.Errorf("give --stream or --stream-share, not both"))
 			case cmd.Flags().Changed("stream-share"):
 				cfg.StreamShare = &streamShare
 			default:
@@ -73,7 +66,7 @@ func runCommand() *cobra.Command {
 				v := samePrompt == "true"
 				cfg.SamePrompt = &v
 			default:
-				return fmt.Errorf("--same-prompt must be true or false")
+				return service.UsageError(fmt.Errorf("--same-prompt must be true or false"))
 			}
 			if term.IsTerminal(int(os.Stderr.Fd())) {
 				var bar *progressbar.ProgressBar
@@ -90,7 +83,6 @@ func runCommand() *cobra.Command {
 			}
 			rep, err := load.Run(cmd.Context(), cfg)
 			if err != nil {
-				fmt.Fprintln(os.Stderr, "loadgen:", err)
 				return err
 			}
 			if asJSON {

@@ -10,18 +10,17 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
+	"github.com/servescope/servescope/internal/service"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/sim/ragdemo/rag"
 )
@@ -45,30 +44,47 @@ type settings struct {
 	NATS                config.NATS
 }
 
-func main() {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := run(log); err != nil {
-		log.Error("ragdemo stopped", "err", err)
-		os.Exit(1)
+func main() { command().Main() }
+
+func command() *service.Command {
+	c := service.NewCommand("ragdemo", "Usage: ragdemo [flags]\n\n"+
+		"servescope's demo RAG application: POST /ask; settings from RAGDEMO_* and SERVESCOPE_NATS_* variables.")
+	c.Run = func(ctx context.Context, log *slog.Logger, args []string) error {
+		if len(args) > 0 {
+			return service.UsageError(fmt.Errorf("unexpected arguments %q", args))
+		}
+		cfg, err := config.Load[settings]()
+		if err != nil {
+			return err
+		}
+		return run(ctx, cfg, log)
 	}
+	return c
 }
 
-func run(log *slog.Logger) error {
-	cfg, err := config.Load[settings]()
+// run serves until ctx ends. The parts stop in this order: the HTTP server (30 s for answers in
+// flight), the publisher's flush of their records, the NATS connection.
+func run(ctx context.Context, cfg settings, log *slog.Logger) error {
+	nc, err := cfg.NATS.Connect("ragdemo", append(config.NATSEventHandlers(log, config.RedactURL(cfg.NATS.URL)), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))...)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	nc, err := cfg.NATS.Connect("ragdemo", nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
 	pub, err := publish.New(nc, cfg.NATS.SubjectPrefix, publish.Config{SpoolDir: cfg.SpoolDir, Logger: log,
 		Kinds: []schema.Kind{schema.KindAppRecord}, SetupWait: cfg.NATS.SetupWait})
 	if err != nil {
+		nc.Close()
+		return err
+	}
+	closePub := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := pub.Close(sctx); err != nil {
+			log.Error("flush publisher", "err", err)
+		}
+	}
+	fail := func(err error) error {
+		closePub()
+		nc.Close()
 		return err
 	}
 	app, err := rag.New(rag.Config{
@@ -78,21 +94,17 @@ func run(log *slog.Logger) error {
 		PromptVersion: cfg.PromptVersion, ConfigVersion: cfg.ConfigVersion, CacheSize: cfg.CacheSize, Timeout: cfg.Timeout,
 	}, pub, &http.Client{})
 	if err != nil {
-		return err
+		return fail(err)
 	}
-	srv := &http.Server{Addr: cfg.ListenAddr, Handler: app.Handler(cfg.AdminToken), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("ragdemo listening", "addr", cfg.ListenAddr, "gateway", cfg.GatewayURL, "query_embedding_model", app.QueryEmbeddingModel())
-	select {
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-	case <-ctx.Done():
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return fail(fmt.Errorf("listen on RAGDEMO_LISTEN_ADDR %s: %w", cfg.ListenAddr, err))
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	return pub.Close(sctx)
+	srv := &http.Server{Handler: app.Handler(cfg.AdminToken), ReadHeaderTimeout: 10 * time.Second}
+	g := service.NewGroup(log)
+	g.AddServer("http", srv, ln, 30*time.Second)
+	g.AddStop("publisher", closePub)
+	g.AddStop("nats", nc.Close)
+	log.Info("ragdemo listening", "addr", ln.Addr().String(), "gateway", cfg.GatewayURL, "query_embedding_model", app.QueryEmbeddingModel())
+	return g.Run(ctx)
 }

@@ -21,12 +21,11 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/servescope/servescope/internal/service"
 	"github.com/servescope/servescope/sim/vllmsim/engine"
 	"github.com/servescope/servescope/sim/vllmsim/sim"
 	"github.com/servescope/servescope/sim/vllmsim/simserver"
@@ -62,22 +61,9 @@ type config struct {
 	version vllmversion.Version
 }
 
-func loadConfig(args []string) (config, error) {
-	var c config
-	if err := env.ParseWithOptions(&c, env.Options{Prefix: "VLLMSIM_"}); err != nil {
-		return c, fmt.Errorf("read VLLMSIM_* environment: %w", err)
-	}
-	fs := flagSet(&c)
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	return c, c.validate()
-}
-
-// flagSet defines one flag per config field, named after its VLLMSIM_ variable (VLLMSIM_MAX_NUM_SEQS
-// is --max-num-seqs), with the field's current value as default.
-func flagSet(c *config) *flag.FlagSet {
-	fs := flag.NewFlagSet("vllmsim", flag.ContinueOnError)
+// defineFlags defines one flag per config field, named after its VLLMSIM_ variable
+// (VLLMSIM_MAX_NUM_SEQS is --max-num-seqs), with the field's current value as default.
+func defineFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address to serve the OpenAI API, /metrics and /health on")
 	fs.StringVar(&c.Model, "model", c.Model, "served model name")
 	fs.IntVar(&c.MaxModelLen, "max-model-len", c.MaxModelLen, "context length in tokens (prompt + output)")
@@ -101,7 +87,6 @@ func flagSet(c *config) *flag.FlagSet {
 	fs.BoolVar(&c.RequestIDHeaders, "enable-request-id-headers", c.RequestIDHeaders, "answer every request with an X-Request-Id header: the request's, or a fresh uuid hex")
 	fs.IntVar(&c.EmbeddingDim, "embedding-dim", c.EmbeddingDim, "length of /v1/embeddings vectors")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log record format: text (vLLM's default) or json (a JSON formatter through VLLM_LOGGING_CONFIG_PATH)")
-	return fs
 }
 
 // validate checks the settings together and resolves the vLLM version.
@@ -137,29 +122,57 @@ func (c *config) validate() error {
 	return nil
 }
 
-func main() {
-	os.Exit(run(os.Args[1:]))
+func main() { os.Exit(run(os.Args[1:])) }
+
+// run is vllmsim with args, until SIGINT or SIGTERM; it returns the exit status.
+func run(args []string) int {
+	ctx, stop := service.SignalContext()
+	defer stop()
+	return command().Execute(ctx, args)
 }
 
-func run(args []string) int {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	cfg, err := loadConfig(args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+func command() *service.Command {
+	c := service.NewCommand("vllmsim", "Usage: vllmsim [flags]\n\n"+
+		"A vLLM-compatible engine simulator: vLLM's OpenAI API, /metrics, log lines and OTLP spans. Every flag also reads VLLMSIM_<NAME>.\n"+
+		"--log-file and --log-format shape the vLLM log it imitates; --log.level and --log.format its own diagnostics on standard error.")
+	cfg, envErr := newConfig(c.Flags)
+	c.Run = func(ctx context.Context, log *slog.Logger, args []string) error {
+		if envErr != nil {
+			return service.UsageError(envErr)
 		}
-		log.Error("configuration", "err", err)
-		return 2
+		if len(args) > 0 {
+			return service.UsageError(fmt.Errorf("unexpected arguments %q", args))
+		}
+		if err := cfg.validate(); err != nil {
+			return service.UsageError(err)
+		}
+		return serve(ctx, *cfg, log)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	return c
+}
 
+// newConfig reads the VLLMSIM_* variables into a config and defines its flags on fs with those
+// values as defaults; after fs is parsed, the config holds both (a flag given wins) and
+// validate checks it.
+func newConfig(fs *flag.FlagSet) (*config, error) {
+	var c config
+	err := env.ParseWithOptions(&c, env.Options{Prefix: "VLLMSIM_"})
+	defineFlags(fs, &c)
+	if err != nil {
+		return &c, fmt.Errorf("read VLLMSIM_* environment: %w", err)
+	}
+	return &c, nil
+}
+
+// serve runs the simulator. Its parts stop in this order: the engine (its death by a simulated
+// crash stops the rest and ends the process with status 1), the HTTP server (2 s for in-flight
+// requests), the span exporter's flush.
+func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	var logOut io.Writer = os.Stdout
 	if cfg.LogFile != "" {
 		f, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {
-			log.Error("open log file", "path", cfg.LogFile, "err", err)
-			return 1
+			return fmt.Errorf("open log file: %w", err)
 		}
 		defer f.Close()
 		logOut = f
@@ -182,19 +195,12 @@ func run(args []string) int {
 			SlowShare: cfg.SlowShare, SlowDelaySeconds: cfg.SlowDelaySeconds, DropShare: cfg.DropShare, Log: log,
 		},
 	}
+	var exp *simtrace.Exporter
 	if cfg.OTLPEndpoint != "" {
-		exp, err := simtrace.New(ctx, cfg.OTLPEndpoint, cfg.OTLPProtocol, clock, simtrace.WithVersion(cfg.version))
-		if err != nil {
-			log.Error("otlp exporter", "err", err)
-			return 1
+		var err error
+		if exp, err = simtrace.New(ctx, cfg.OTLPEndpoint, cfg.OTLPProtocol, clock, simtrace.WithVersion(cfg.version)); err != nil {
+			return fmt.Errorf("otlp exporter: %w", err)
 		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := exp.Shutdown(sctx); err != nil {
-				log.Warn("flush spans", "err", err)
-			}
-		}()
 		opts.Observers = append(opts.Observers, exp)
 	}
 	s := sim.New(opts)
@@ -202,39 +208,37 @@ func run(args []string) int {
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		log.Error("listen", "addr", cfg.Listen, "err", err)
-		return 1
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	srv := &http.Server{
-		Handler:           s.Handler,
-		ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: s.Handler, ReadHeaderTimeout: 10 * time.Second}
+
+	g := service.NewGroup(log)
+	g.AddContext("engine", func(ctx context.Context) error {
+		err := eng.Run(ctx)
+		var crash *engine.CrashError
+		switch {
+		case errors.As(err, &crash):
+			// In-flight handlers answer 500 from ErrEngineDead; give them a moment to flush, then
+			// disappear like the real API server does after its engine core died.
+			time.Sleep(200 * time.Millisecond)
+			vlog.Shutdown()
+			return service.Exit(1, nil) // the log has said it all
+		case errors.Is(err, context.Canceled):
+			return nil
+		}
+		return err
+	})
+	g.AddServer("http", srv, ln, 2*time.Second)
+	if exp != nil {
+		g.AddStop("otlp", func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := exp.Shutdown(sctx); err != nil {
+				log.Warn("flush spans", "err", err)
+			}
+		})
 	}
 	vlog.Startup(cfg.Model, cfg.MaxModelLen, ln.Addr().String())
 	log.Info("vllmsim serving", "addr", ln.Addr().String(), "model", cfg.Model, "vllm_version", cfg.version.String(), "time_scale", cfg.TimeScale)
-	srvErr := make(chan error, 1)
-	go func() { srvErr <- srv.Serve(ln) }()
-
-	engErr := eng.Run(ctx)
-	code := 0
-	var crash *engine.CrashError
-	switch {
-	case errors.As(engErr, &crash):
-		// In-flight handlers answer 500 from ErrEngineDead; give them a moment to flush, then
-		// disappear like the real API server does after its engine core died.
-		time.Sleep(200 * time.Millisecond)
-		vlog.Shutdown()
-		code = 1
-	case errors.Is(engErr, context.Canceled):
-	default:
-		log.Error("engine stopped", "err", engErr)
-		code = 1
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	if err := <-srvErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Error("http server", "err", err)
-		code = 1
-	}
-	return code
+	return g.Run(ctx)
 }

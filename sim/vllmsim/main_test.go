@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -150,6 +152,21 @@ func TestCrashUnderLoad(t *testing.T) {
 	}
 }
 
+// loadConfig is what the command does before it serves: the environment, then the flags in
+// args, then validate.
+func loadConfig(args []string) (config, error) {
+	fs := flag.NewFlagSet("vllmsim", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c, err := newConfig(fs)
+	if err != nil {
+		return *c, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return *c, err
+	}
+	return *c, c.validate()
+}
+
 func TestConfigFromEnvAndFlags(t *testing.T) {
 	t.Setenv("VLLMSIM_MAX_NUM_SEQS", "128")
 	t.Setenv("VLLMSIM_MODEL", "env/model")
@@ -197,7 +214,8 @@ func TestVersionFlags(t *testing.T) {
 // --<name> flag.
 func TestEveryVariableHasAFlag(t *testing.T) {
 	var c config
-	fs := flagSet(&c)
+	fs := flag.NewFlagSet("vllmsim", flag.ContinueOnError)
+	defineFlags(fs, &c)
 	typ := reflect.TypeOf(c)
 	for i := 0; i < typ.NumField(); i++ {
 		name, ok := typ.Field(i).Tag.Lookup("env")

@@ -19,14 +19,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -38,6 +35,7 @@ import (
 	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
+	"github.com/servescope/servescope/internal/service"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/consumer/sink"
 )
@@ -64,28 +62,30 @@ type result struct {
 	TargetsMet                 bool    `json:"targets_met"`
 }
 
-func main() {
-	events := flag.Int("events", 1_000_000, "request.finished events in the pre-filled stream")
-	consumerBin := flag.String("consumer", "", "path of the consumer binary (required)")
-	batchRows := flag.Int("batch-rows", 10_000, "CONSUMER_BATCH_ROWS for (b) and (c)")
-	flag.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if *consumerBin == "" {
-		fmt.Fprintln(os.Stderr, "bench-consumer: -consumer is required")
-		os.Exit(2)
+func main() { command().Main() }
+
+func command() *service.Command {
+	c := service.NewCommand("bench-consumer", "Usage: bench-consumer --consumer BIN [flags]\n\n"+
+		"The engine of scripts/bench consumer: raw JetStream, raw ClickHouse and the consumer binary side by side.")
+	events := c.Flags.Int("events", 1_000_000, "request.finished events in the pre-filled stream")
+	consumerBin := c.Flags.String("consumer", "", "path of the consumer binary (required)")
+	batchRows := c.Flags.Int("batch-rows", 10_000, "CONSUMER_BATCH_ROWS for (b) and (c)")
+	c.Run = func(ctx context.Context, log *slog.Logger, _ []string) error {
+		if *consumerBin == "" {
+			return service.UsageError(errors.New("--consumer is required"))
+		}
+		res, err := run(ctx, log, *consumerBin, *events, *batchRows)
+		if err != nil {
+			return service.Exit(2, err)
+		}
+		b, _ := json.Marshal(res)
+		fmt.Println(string(b))
+		if !res.TargetsMet {
+			return service.Exit(1, nil)
+		}
+		return nil
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	res, err := run(ctx, log, *consumerBin, *events, *batchRows)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench-consumer:", err)
-		os.Exit(2)
-	}
-	b, _ := json.Marshal(res)
-	fmt.Println(string(b))
-	if !res.TargetsMet {
-		os.Exit(1)
-	}
+	return c
 }
 
 func run(ctx context.Context, log *slog.Logger, consumerBin string, n, batchRows int) (res result, err error) {

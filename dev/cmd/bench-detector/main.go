@@ -19,7 +19,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -36,20 +35,43 @@ import (
 	"github.com/servescope/servescope/dev/servers"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
+	svc "github.com/servescope/servescope/internal/service"
 	"github.com/servescope/servescope/services/detector/rules"
 	"github.com/servescope/servescope/services/detector/service"
 )
 
-func main() {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	ok, err := run(log)
-	if err != nil {
-		log.Error("bench-detector failed", "err", err)
-		os.Exit(2)
+func main() { command().Main() }
+
+func command() *svc.Command {
+	c := svc.NewCommand("bench-detector", "Usage: bench-detector [flags]\n\n"+
+		"Times every built-in detector rule on 1M and on 10M rows of history per table (scripts/bench detector).")
+	s := benchSettings{
+		small:      c.Flags.Int("small", 1_000_000, "rows per table in the small history"),
+		large:      c.Flags.Int("large", 10_000_000, "rows per table in the large history"),
+		runs:       c.Flags.Int("runs", 15, "timed evaluations per rule and size"),
+		target:     c.Flags.Float64("target", 1.5, "largest allowed large ÷ small time"),
+		stopMerges: c.Flags.Bool("stop-merges", true, "stop merges on the server while timing (only on a private server)"),
+		private: c.Flags.Bool("private", false, "run on a private ClickHouse server (the dev build, on free loopback ports, "+
+			"data in a temporary directory) instead of SERVESCOPE_CLICKHOUSE_ADDR; the working directory is the repository root"),
 	}
-	if !ok {
-		os.Exit(1)
+	c.Run = func(ctx context.Context, log *slog.Logger, _ []string) error {
+		ok, err := run(ctx, log, s)
+		if err != nil {
+			return svc.Exit(2, err)
+		}
+		if !ok {
+			return svc.Exit(1, nil)
+		}
+		return nil
 	}
+	return c
+}
+
+// benchSettings are the flags.
+type benchSettings struct {
+	small, large, runs  *int
+	target              *float64
+	stopMerges, private *bool
 }
 
 type ruleResult struct {
@@ -77,21 +99,12 @@ type result struct {
 	TargetsMet    bool    `json:"targets_met"`
 }
 
-func run(log *slog.Logger) (bool, error) {
-	small := flag.Int("small", 1_000_000, "rows per table in the small history")
-	large := flag.Int("large", 10_000_000, "rows per table in the large history")
-	runs := flag.Int("runs", 15, "timed evaluations per rule and size")
-	target := flag.Float64("target", 1.5, "largest allowed large ÷ small time")
-	stopMerges := flag.Bool("stop-merges", true, "stop merges on the server while timing (only on a private server)")
-	private := flag.Bool("private", false, "run on a private ClickHouse server (the dev build, on free loopback ports, "+
-		"data in a temporary directory) instead of SERVESCOPE_CLICKHOUSE_ADDR; the working directory is the repository root")
-	flag.Parse()
-
+func run(ctx context.Context, log *slog.Logger, s benchSettings) (bool, error) {
+	small, large, runs, target, stopMerges, private := s.small, s.large, s.runs, s.target, s.stopMerges, s.private
 	cfg, err := config.Load[config.ClickHouse]()
 	if err != nil {
 		return false, err
 	}
-	ctx := context.Background()
 	if *private {
 		addr, stop, err := privateClickHouse(ctx, log)
 		if err != nil {

@@ -45,7 +45,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -67,6 +66,7 @@ import (
 
 	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/internal/config"
+	"github.com/servescope/servescope/internal/service"
 	"github.com/servescope/servescope/services/gateway/server"
 )
 
@@ -90,34 +90,45 @@ type settings struct {
 	p99Resolution    time.Duration
 }
 
-func main() {
+func main() { command().Main() }
+
+func command() *service.Command {
+	c := service.NewCommand("bench-gateway", "Usage: bench-gateway [flags]\n\n"+
+		"What the gateway adds to a request, side by side with a bare reverse proxy (scripts/bench gateway).")
+	if os.Getenv(service.EnvLogLevel) == "" {
+		// The gateway under test logs at info; the benchmark's output is its figures.
+		_ = c.Flags.Set("log.level", "warn")
+	}
 	var s settings
-	flag.IntVar(&s.rounds, "rounds", 9, "interleaved latency rounds per mode (the added latency is the median over rounds)")
-	flag.IntVar(&s.perRound, "per-round", 1000, "requests per path per latency round (at 1000 a round's p99 is its 11th slowest request)")
-	flag.IntVar(&s.latencyConc, "latency-concurrency", 2, "concurrent clients while measuring latency")
-	flag.IntVar(&s.saturateConc, "saturate-concurrency", 32, "concurrent clients while measuring throughput")
-	flag.DurationVar(&s.saturateFor, "saturate-for", 6*time.Second, "throughput measurement per path and mode, split among the throughput rounds")
-	flag.IntVar(&s.throughputRounds, "throughput-rounds", 24, "interleaved throughput rounds per mode (the ratio is the median over rounds)")
-	flag.IntVar(&s.chunks, "chunks", 16, "content chunks per streamed answer")
-	flag.Float64Var(&s.targetP50, "target-p50", 1.5, "max gateway/bare added p50 ratio")
-	flag.Float64Var(&s.targetP99, "target-p99", 2, "max gateway/bare added p99 ratio")
-	flag.Float64Var(&s.targetThrough, "target-throughput", 0.85, "min gateway/bare throughput ratio")
-	flag.StringVar(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of the first gateway throughput run of each mode to FILE.<mode>")
-	flag.BoolVar(&s.clientUsage, "client-include-usage", false, "streaming clients ask for stream_options.include_usage themselves (no injection by the gateway)")
-	flag.DurationVar(&s.p50Resolution, "p50-resolution", 20*time.Microsecond, "added p50 below this is not resolvable here and counts as this much")
-	flag.DurationVar(&s.p99Resolution, "p99-resolution", 500*time.Microsecond, "added p99 below this is not resolvable here (the machine's own tail jitter) and counts as this much")
-	flag.StringVar(&s.memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
-	flag.StringVar(&s.natsPIDFile, "nats-pid-file", ".cache/nats/nats-server.pid", "pid file of the local nats-server, to report its CPU time per event during the gateway's throughput rounds (skipped when unreadable)")
-	flag.DurationVar(&s.linger, "linger", 5*time.Millisecond, "the gateway's GATEWAY_PUBLISH_LINGER")
-	flag.Parse()
-	met, err := run(s)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench-gateway:", err)
-		os.Exit(2)
+	fs := c.Flags
+	fs.IntVar(&s.rounds, "rounds", 9, "interleaved latency rounds per mode (the added latency is the median over rounds)")
+	fs.IntVar(&s.perRound, "per-round", 1000, "requests per path per latency round (at 1000 a round's p99 is its 11th slowest request)")
+	fs.IntVar(&s.latencyConc, "latency-concurrency", 2, "concurrent clients while measuring latency")
+	fs.IntVar(&s.saturateConc, "saturate-concurrency", 32, "concurrent clients while measuring throughput")
+	fs.DurationVar(&s.saturateFor, "saturate-for", 6*time.Second, "throughput measurement per path and mode, split among the throughput rounds")
+	fs.IntVar(&s.throughputRounds, "throughput-rounds", 24, "interleaved throughput rounds per mode (the ratio is the median over rounds)")
+	fs.IntVar(&s.chunks, "chunks", 16, "content chunks per streamed answer")
+	fs.Float64Var(&s.targetP50, "target-p50", 1.5, "max gateway/bare added p50 ratio")
+	fs.Float64Var(&s.targetP99, "target-p99", 2, "max gateway/bare added p99 ratio")
+	fs.Float64Var(&s.targetThrough, "target-throughput", 0.85, "min gateway/bare throughput ratio")
+	fs.StringVar(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of the first gateway throughput run of each mode to FILE.<mode>")
+	fs.BoolVar(&s.clientUsage, "client-include-usage", false, "streaming clients ask for stream_options.include_usage themselves (no injection by the gateway)")
+	fs.DurationVar(&s.p50Resolution, "p50-resolution", 20*time.Microsecond, "added p50 below this is not resolvable here and counts as this much")
+	fs.DurationVar(&s.p99Resolution, "p99-resolution", 500*time.Microsecond, "added p99 below this is not resolvable here (the machine's own tail jitter) and counts as this much")
+	fs.StringVar(&s.memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
+	fs.StringVar(&s.natsPIDFile, "nats-pid-file", ".cache/nats/nats-server.pid", "pid file of the local nats-server, to report its CPU time per event during the gateway's throughput rounds (skipped when unreadable)")
+	fs.DurationVar(&s.linger, "linger", 5*time.Millisecond, "the gateway's GATEWAY_PUBLISH_LINGER")
+	c.Run = func(ctx context.Context, log *slog.Logger, _ []string) error {
+		met, err := run(ctx, log, s)
+		if err != nil {
+			return service.Exit(2, err)
+		}
+		if !met {
+			return service.Exit(1, nil)
+		}
+		return nil
 	}
-	if !met {
-		os.Exit(1)
-	}
+	return c
 }
 
 // modeResult is one mode's figures.
@@ -143,9 +154,7 @@ type modeResult struct {
 	CPUThroughputRatio float64 `json:"cpu_throughput_ratio,omitempty"`
 }
 
-func run(s settings) (bool, error) {
-	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 
 	eng := newFixedEngine(s.chunks)
 	engineURL, stopEngine, err := serve(eng)

@@ -13,28 +13,38 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/servescope/servescope/dev/chaos"
+	"github.com/servescope/servescope/internal/service"
 )
 
-func main() { os.Exit(run()) }
+func main() { command().Main() }
 
-func run() int {
+func command() *service.Command {
+	c := service.NewCommand("chaos", "Usage: chaos [flags]\n\n"+
+		"The end-to-end fault suite behind scripts/chaos; settings from SERVESCOPE_CHAOS_* variables, run from the repository root.\n"+
+		"Its detailed log goes to .cache/chaos/driver.log at --log.level in --log.format.")
+	c.Run = func(ctx context.Context, _ *slog.Logger, args []string) error {
+		if len(args) > 0 {
+			return service.UsageError(fmt.Errorf("unexpected arguments %q", args))
+		}
+		return run(ctx, c.Options())
+	}
+	return c
+}
+
+func run(ctx context.Context, o service.Options) error {
 	root, err := os.Getwd()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaos:", err)
-		return 1
+		return err
 	}
 	opt := chaos.Options{Root: root, PortBase: chaos.DefaultPortBase, Out: os.Stdout}
 	if v := os.Getenv("SERVESCOPE_CHAOS_PORT_BASE"); v != "" {
 		if opt.PortBase, err = strconv.Atoi(v); err != nil || opt.PortBase < 1024 || opt.PortBase > 65535-12 {
-			fmt.Fprintf(os.Stderr, "chaos: SERVESCOPE_CHAOS_PORT_BASE=%q: want a port number from 1024 to 65523\n", v)
-			return 2
+			return service.UsageError(fmt.Errorf("SERVESCOPE_CHAOS_PORT_BASE=%q: want a port number from 1024 to 65523", v))
 		}
 	}
 	for _, d := range []struct {
@@ -43,36 +53,32 @@ func run() int {
 	}{{"SERVESCOPE_CHAOS_OUTAGE", &opt.Outage}, {"SERVESCOPE_CHAOS_STEADY", &opt.Steady}} {
 		if v := os.Getenv(d.env); v != "" {
 			if *d.to, err = time.ParseDuration(v); err != nil || *d.to <= 0 {
-				fmt.Fprintf(os.Stderr, "chaos: %s=%q: want a positive duration such as 30s\n", d.env, v)
-				return 2
+				return service.UsageError(fmt.Errorf("%s=%q: want a positive duration such as 30s", d.env, v))
 			}
 		}
 	}
 	opt.Hard = os.Getenv("SERVESCOPE_CHAOS_HARD") != ""
 	logPath := filepath.Join(root, ".cache", "chaos", "driver.log")
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, "chaos:", err)
-		return 1
+		return err
 	}
 	logFile, err := os.Create(logPath)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaos:", err)
-		return 1
+		return err
 	}
 	defer logFile.Close()
-	opt.Log = slog.New(slog.NewTextHandler(logFile, nil))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	if opt.Log, err = o.Logger(logFile); err != nil {
+		return err
+	}
 	start := time.Now()
 	ledger, err := chaos.Run(ctx, opt)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaos: the run could not be carried out:", err)
-		return 1
+		return fmt.Errorf("the run could not be carried out: %w", err)
 	}
 	ledger.Print(os.Stdout)
 	fmt.Printf("chaos: %.0fs in all\n", time.Since(start).Seconds())
 	if len(ledger.Gaps) > 0 {
-		return 1
+		return service.Exit(1, nil) // the ledger shows the gaps
 	}
-	return 0
+	return nil
 }

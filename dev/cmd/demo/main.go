@@ -14,80 +14,74 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
-	"syscall"
 
 	"github.com/servescope/servescope/dev/demo"
+	"github.com/servescope/servescope/internal/service"
 )
 
-func main() {
-	os.Exit(run(os.Args[1:]))
+func main() { command().Main() }
+
+func command() *service.Command {
+	c := service.NewCommand("demo", "Usage: demo [--once] | demo down\n\n"+
+		"The driver behind scripts/demo, run from the repository root; its detailed log goes to .cache/demo/driver.log\n"+
+		"at --log.level in --log.format.")
+	once := c.Flags.Bool("once", false, "tear down at the end; exit 1 if an expected alert did not arrive")
+	c.Run = func(ctx context.Context, _ *slog.Logger, args []string) error {
+		return run(ctx, c.Options(), *once, args)
+	}
+	return c
 }
 
-func run(args []string) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	once := fs.Bool("once", false, "tear down at the end; exit 1 if an expected alert did not arrive")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
+func run(ctx context.Context, o service.Options, once bool, args []string) error {
 	root, err := os.Getwd()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
-		return 1
+		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if fs.Arg(0) == "down" {
+	if len(args) == 1 && args[0] == "down" {
 		if err := demo.Down(ctx, root, os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, "demo down:", err)
-			return 1
+			return fmt.Errorf("down: %w", err)
 		}
-		return 0
+		return nil
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "demo: unknown argument %q (want --once or down)\n", fs.Arg(0))
-		return 2
+	if len(args) > 0 {
+		return service.UsageError(fmt.Errorf("unknown argument %q (want --once or down)", args[0]))
 	}
 	base := demo.DefaultPortBase
 	if v := os.Getenv("SERVESCOPE_DEMO_PORT_BASE"); v != "" {
 		if base, err = strconv.Atoi(v); err != nil || base < 1024 || base > 65535-8 {
-			fmt.Fprintf(os.Stderr, "demo: SERVESCOPE_DEMO_PORT_BASE=%q: want a port number from 1024 to 65527\n", v)
-			return 2
+			return service.UsageError(fmt.Errorf("SERVESCOPE_DEMO_PORT_BASE=%q: want a port number from 1024 to 65527", v))
 		}
 	}
 	if err := os.MkdirAll(filepath.Join(root, ".cache", "demo"), 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
-		return 1
+		return err
 	}
 	logFile, err := os.Create(filepath.Join(root, ".cache", "demo", "driver.log"))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
-		return 1
+		return err
 	}
 	defer logFile.Close()
+	log, err := o.Logger(logFile)
+	if err != nil {
+		return err
+	}
 	err = demo.Run(ctx, demo.Options{
-		Root: root, Once: *once, PortBase: base,
+		Root: root, Once: once, PortBase: base,
 		Database:        envOr("SERVESCOPE_DEMO_DATABASE", "servescope_demo"),
 		Prefix:          envOr("SERVESCOPE_DEMO_PREFIX", "servescope_demo"),
 		KeepDevServices: os.Getenv("SERVESCOPE_DEMO_KEEP_DEV_SERVICES") != "",
 		Out:             os.Stdout,
-		Log:             slog.New(slog.NewTextHandler(logFile, nil)),
+		Log:             log,
 	})
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			fmt.Fprintln(os.Stderr, "demo: interrupted; stopped what it started")
-			return 130
-		}
-		fmt.Fprintln(os.Stderr, "demo:", err)
-		return 1
+	if errors.Is(err, context.Canceled) {
+		fmt.Fprintln(os.Stderr, "demo: interrupted; stopped what it started")
+		return service.Exit(130, nil)
 	}
-	return 0
+	return err
 }
 
 func envOr(k, def string) string {

@@ -13,67 +13,64 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strconv"
 	"syscall"
 
 	"github.com/servescope/servescope/dev/devservices"
+	"github.com/servescope/servescope/internal/service"
 )
 
-func main() { os.Exit(run(os.Args[1:])) }
+func main() { command().Main() }
 
-func run(args []string) int {
-	fs := flag.NewFlagSet("devservices", flag.ContinueOnError)
-	root := fs.String("root", "", "repository root (default: the working directory)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+func command() *service.Command {
+	c := service.NewCommand("dev-services", "Usage: devservices [--root DIR] up|down [nats|clickhouse]|status|logs [-f]\n\n"+
+		"Runs the shared dev servers (NATS JetStream, ClickHouse) for scripts/dev-services.")
+	root := c.Flags.String("root", "", "repository root (default: the working directory)")
+	c.Run = func(ctx context.Context, _ *slog.Logger, args []string) error {
+		return run(ctx, *root, args)
 	}
-	if *root == "" {
+	return c
+}
+
+func run(ctx context.Context, root string, args []string) error {
+	if root == "" {
 		wd, err := os.Getwd()
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "dev-services:", err)
-			return 1
+			return err
 		}
-		*root = wd
+		root = wd
 	}
-	cfg, err := devservices.Load(*root, os.Getenv)
+	cfg, err := devservices.Load(root, os.Getenv)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "dev-services:", err)
-		return 2
+		return service.UsageError(err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	cmd, rest := fs.Arg(0), fs.Args()[min(1, fs.NArg()):]
+	cmd, rest := "", []string(nil)
+	if len(args) > 0 {
+		cmd, rest = args[0], args[1:]
+	}
 	switch {
 	case cmd == "up" && len(rest) == 0:
-		err = devservices.Up(ctx, cfg)
+		return devservices.Up(ctx, cfg)
 	case cmd == "down" && len(rest) <= 1:
 		which := ""
 		if len(rest) == 1 {
 			which = rest[0]
 		}
-		err = devservices.Down(ctx, cfg, which)
+		return devservices.Down(ctx, cfg, which)
 	case cmd == "status" && len(rest) == 0:
-		err = devservices.Status(ctx, cfg)
+		err := devservices.Status(ctx, cfg)
 		if errors.Is(err, devservices.ErrUnhealthy) {
-			return 1
+			return service.Exit(1, nil) // Status printed which server is down
 		}
+		return err
 	case cmd == "logs" && (len(rest) == 0 || len(rest) == 1 && rest[0] == "-f"):
-		err = logs(cfg, len(rest) == 1)
-	default:
-		fmt.Fprintf(os.Stderr, "dev-services: usage: up | down [clickhouse|nats] | status | logs [-f] (got %q)\n", fs.Args())
-		return 2
+		return logs(cfg, len(rest) == 1)
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "dev-services:", err)
-		return 1
-	}
-	return 0
+	return service.UsageError(fmt.Errorf("usage: up | down [clickhouse|nats] | status | logs [-f] (got %q)", args))
 }
 
 // logs replaces this process with tail(1) over the logs: tail -F follows a log across its

@@ -3,24 +3,32 @@
 package main
 
 import (
-	"flag"
+	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 
 	"github.com/servescope/servescope/dev/jsonschemagen"
+	"github.com/servescope/servescope/internal/service"
 )
 
-func main() {
-	src := flag.String("src", ".", "directory of package schema's Go sources (for doc comments)")
-	out := flag.String("out", "jsonschema", "directory to write the JSON Schema files into")
-	flag.Parse()
-	if err := run(*src, *out); err != nil {
-		fmt.Fprintln(os.Stderr, "jsonschemagen:", err)
-		os.Exit(1)
+func main() { command().Main() }
+
+func command() *service.Command {
+	c := service.NewCommand("jsonschemagen", "Usage: jsonschemagen [--src DIR] [--out DIR]\n\n"+
+		"Writes the JSON Schema file of every servescope event kind.")
+	src := c.Flags.String("src", ".", "directory of package schema's Go sources (for doc comments)")
+	out := c.Flags.String("out", "jsonschema", "directory to write the JSON Schema files into")
+	c.Run = func(_ context.Context, _ *slog.Logger, args []string) error {
+		if len(args) > 0 {
+			return service.UsageError(fmt.Errorf("unexpected arguments %q", args))
+		}
+		return run(*src, *out)
 	}
+	return c
 }
 
 func run(src, out string) error {

@@ -1,6 +1,7 @@
 // Package collector wires servescope's engine-side collector: the /metrics scraper, the OTLP
 // traces receiver (gRPC and HTTP) and the log followers, all publishing through one Publisher,
-// plus the collector's own /metrics and /healthz. Tests and the binary start it the same way:
+// plus the collector's own /metrics, /healthz and /readyz. Tests and the binary start it the same
+// way:
 //
 //	c, err := collector.New(cfg, pub, log, prometheus.NewRegistry())
 //	err = c.Run(ctx)
@@ -16,13 +17,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/servescope/servescope/internal/config"
+	"github.com/servescope/servescope/internal/service"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/services/collector/logship"
@@ -63,7 +63,7 @@ type Config struct {
 	LogTimezone string `env:"COLLECTOR_LOG_TIMEZONE" envDefault:"UTC"`
 	// LogPollInterval is how often followed files are checked for new data and rotation.
 	LogPollInterval time.Duration `env:"COLLECTOR_LOG_POLL_INTERVAL" envDefault:"250ms"`
-	// MetricsAddr serves the collector's own /metrics and /healthz (host:port, or "off").
+	// MetricsAddr serves the collector's own /metrics, /healthz and /readyz (host:port, or "off").
 	MetricsAddr string `env:"COLLECTOR_METRICS_ADDR" envDefault:":9103"`
 	// StateDir holds the log offsets file (log-offsets.json).
 	StateDir string `env:"COLLECTOR_STATE_DIR" envDefault:"/var/lib/servescope/collector"`
@@ -196,6 +196,8 @@ type Collector struct {
 	receiver *otlp.Receiver
 	logs     *logship.Metrics
 	state    *logship.State
+	ready    *service.Readiness
+	targets  int
 
 	grpcLn, httpLn, metricsLn net.Listener
 }
@@ -213,8 +215,9 @@ func New(cfg Config, pub Publisher, log *slog.Logger, reg *prometheus.Registry) 
 		reg = prometheus.NewRegistry()
 	}
 	loc, _ := time.LoadLocation(cfg.LogTimezone)
-	c := &Collector{cfg: cfg, pub: pub, log: log, reg: reg, loc: loc}
+	c := &Collector{cfg: cfg, pub: pub, log: log, reg: reg, loc: loc, ready: service.NewReadiness()}
 	targets, _ := scrape.ParseTargets(cfg.Targets)
+	c.targets = len(targets)
 	var err error
 	c.scraper, err = scrape.New(targets, pub, scrape.Config{
 		Interval: cfg.ScrapeInterval, Timeout: cfg.ScrapeTimeout,
@@ -279,68 +282,40 @@ func (c *Collector) OTLPGRPCAddr() string { return addr(c.grpcLn) }
 func (c *Collector) OTLPHTTPAddr() string { return addr(c.httpLn) }
 func (c *Collector) MetricsAddr() string  { return addr(c.metricsLn) }
 
-// Run collects until ctx ends; it returns the first failure of a part (the others are stopped).
+// Readiness is the collector's /readyz: starting until Run runs, then ready, stopping once Run's
+// context ended. Nothing it depends on decides it: it takes spans whether NATS is there or not
+// (they wait in the spool), so taking it out of rotation during an outage would lose the spans
+// the spool would have kept. The binary adds the publisher's state as details.
+func (c *Collector) Readiness() *service.Readiness { return c.ready }
+
+// Run collects until ctx ends or a part fails, and returns the first failure. Its parts (the
+// scrapes, the OTLP receivers, the log followers and the HTTP endpoints) stop together.
 func (c *Collector) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
-	start := func(name string, f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(ctx); err != nil && ctx.Err() == nil {
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = fmt.Errorf("%s: %w", name, err)
-				}
-				mu.Unlock()
-				cancel()
-			}
-		}()
+	g := service.NewGroup(c.log)
+	g.AddStop("readiness", c.ready.Stopping)
+	if c.targets > 0 {
+		// A part that returns stops the group: the scraper returns at once without targets.
+		g.AddContext("scrape", c.scraper.Run)
 	}
-	start("scrape", c.scraper.Run)
 	if c.grpcLn != nil {
-		start("otlp grpc", func(ctx context.Context) error { return c.receiver.ServeGRPC(ctx, c.grpcLn) })
+		g.AddContext("otlp grpc", func(ctx context.Context) error { return c.receiver.ServeGRPC(ctx, c.grpcLn) })
 	}
 	if c.httpLn != nil {
-		start("otlp http", func(ctx context.Context) error { return c.receiver.ServeHTTPOn(ctx, c.httpLn) })
-	}
-	if c.metricsLn != nil {
-		start("metrics", c.serveMetrics)
+		g.AddContext("otlp http", func(ctx context.Context) error { return c.receiver.ServeHTTPOn(ctx, c.httpLn) })
 	}
 	for _, lf := range ParseLogFiles(c.cfg.LogFiles, c.cfg.EngineName()) {
 		sh := logship.NewShipper(c.pub, lf.Engine, lf.Path, c.loc, nil, c.logs, c.log.With("component", "logship"))
 		fl := &logship.Follower{Path: lf.Path, State: c.state, Poll: c.cfg.LogPollInterval}
-		start("log "+lf.Path, func(ctx context.Context) error { return sh.Follow(ctx, fl) })
+		g.AddContext("log "+lf.Path, func(ctx context.Context) error { return sh.Follow(ctx, fl) })
 	}
+	if c.metricsLn != nil {
+		srv := &http.Server{Handler: service.NewMux(c.reg, c.ready), ReadHeaderTimeout: 10 * time.Second}
+		g.AddServer("metrics", srv, c.metricsLn, 5*time.Second)
+	}
+	c.ready.Started()
 	c.log.Info("collector running",
 		"targets", len(c.cfg.Targets), "scrape_interval", c.cfg.ScrapeInterval.String(),
 		"otlp_grpc", c.OTLPGRPCAddr(), "otlp_http", c.OTLPHTTPAddr(), "metrics", c.MetricsAddr(),
 		"log_files", len(c.cfg.LogFiles))
-	wg.Wait()
-	return firstErr
-}
-
-func (c *Collector) serveMetrics(ctx context.Context) error {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{Registry: c.reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	if err := srv.Serve(c.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve metrics on %s: %w", c.metricsLn.Addr(), err)
-	}
-	return nil
+	return g.Run(ctx)
 }

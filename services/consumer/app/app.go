@@ -18,13 +18,12 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
+	"github.com/servescope/servescope/internal/retry"
+	"github.com/servescope/servescope/internal/service"
 	"github.com/servescope/servescope/services/consumer/pipeline"
 	"github.com/servescope/servescope/services/consumer/sink"
 )
@@ -54,16 +53,19 @@ func (c *Config) Validate() error {
 	return c.Consumer.Validate()
 }
 
-// retryDelayMax bounds the backoff while waiting for NATS or ClickHouse at start.
-const retryDelayMax = 10 * time.Second
+// startRetry is how start-up waits for NATS and ClickHouse: 250 ms doubling to 10 s between
+// attempts, each bounded by 15 s.
+var startRetry = retry.Policy{Min: 250 * time.Millisecond, Max: 10 * time.Second, AttemptTimeout: 15 * time.Second}
 
-// readyPingTimeout bounds /readyz's ping of ClickHouse.
-const readyPingTimeout = 2 * time.Second
-
-// Run runs the consumer until ctx ends, then shuts down gracefully: drain the consumption,
-// insert and acknowledge what was taken, exit. ln serves the HTTP endpoints; nil means listen on
-// cfg.MetricsAddr. It returns an error only for what retrying cannot fix: a listen failure,
-// invalid credentials files, or missing tables (run `servescope migrate up`).
+// Run runs the consumer until ctx ends, then shuts down gracefully. ln serves the HTTP endpoints;
+// nil means listen on cfg.MetricsAddr. It returns an error only for what retrying cannot fix: a
+// listen failure, invalid credentials files, or missing tables (run `servescope migrate up`).
+//
+// The parts stop in this order:
+//  1. /readyz answers 503 (stopping);
+//  2. the consumer: JetStream consumption drains, what was taken is inserted and acknowledged,
+//     the acknowledgements are flushed to NATS, then ClickHouse and NATS are closed;
+//  3. the HTTP server (/metrics and /healthz answer until the end of the drain).
 func Run(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) error {
 	if ln == nil {
 		var err error
@@ -71,64 +73,91 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) err
 			return fmt.Errorf("listen on CONSUMER_METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
 		}
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := pipeline.NewMetrics(reg)
-
-	var (
-		stage atomic.Pointer[string] // what start-up waits for; nil once consuming
-		nc    atomic.Pointer[nats.Conn]
-		ch    atomic.Pointer[driver.Conn]
-		pipe  atomic.Pointer[pipeline.Pipeline]
-	)
-	setStage := func(s string) { stage.Store(&s) }
-	setStage("connecting to NATS")
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	// /healthz: the process is alive and serving; it never asks NATS or ClickHouse, so that an
-	// outage of either does not get the consumer restarted (it waits and recovers by itself).
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	// /readyz: NATS is connected, ClickHouse answers a ping, and inserts are not failing.
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		why := func() string {
-			if s := stage.Load(); s != nil {
-				return "starting: " + *s
-			}
-			if c := nc.Load(); c == nil || !c.IsConnected() {
-				return "NATS disconnected"
-			}
-			if c := ch.Load(); c != nil {
-				pctx, cancel := context.WithTimeout(r.Context(), readyPingTimeout)
-				defer cancel()
-				if err := (*c).Ping(pctx); err != nil {
-					return "ClickHouse does not answer: " + err.Error()
-				}
-			}
-			if p := pipe.Load(); p != nil {
-				return p.SinkError()
-			}
-			return ""
-		}()
-		if why != "" {
-			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "error", err)
-		}
-	}()
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
+	reg := service.NewRegistry("consumer")
+	c := &consumer{cfg: cfg, log: log, metrics: pipeline.NewMetrics(reg), ready: service.NewReadiness()}
+	c.ready.Check("nats", c.natsConnected)
+	c.ready.Check("clickhouse", c.clickhouseAnswers)
+	c.ready.Check("inserts", c.insertsSucceed)
+	srv := &http.Server{Handler: service.NewMux(reg, c.ready), ReadHeaderTimeout: 5 * time.Second}
 	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
 
-	conn, err := cfg.NATS.Connect("servescope-consumer",
+	g := service.NewGroup(log)
+	g.AddStop("readiness", c.ready.Stopping)
+	g.AddContext("consumer", c.run)
+	g.AddServer("http", srv, ln, 5*time.Second)
+	return g.Run(ctx)
+}
+
+// consumer is the consumer's state shared with /readyz.
+type consumer struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *pipeline.Metrics
+	ready   *service.Readiness
+
+	nc   atomic.Pointer[nats.Conn]
+	ch   atomic.Pointer[driver.Conn]
+	pipe atomic.Pointer[pipeline.Pipeline]
+}
+
+// natsConnected is /readyz's NATS check.
+func (c *consumer) natsConnected(context.Context) error {
+	if nc := c.nc.Load(); nc == nil || !nc.IsConnected() {
+		return errors.New("disconnected")
+	}
+	return nil
+}
+
+// clickhouseAnswers is /readyz's ClickHouse check: a ping.
+func (c *consumer) clickhouseAnswers(ctx context.Context) error {
+	ch := c.ch.Load()
+	if ch == nil {
+		return errors.New("not connected yet")
+	}
+	if err := (*ch).Ping(ctx); err != nil {
+		return fmt.Errorf("does not answer: %w", err)
+	}
+	return nil
+}
+
+// insertsSucceed is /readyz's insert check: the pipeline's last insert did not fail.
+func (c *consumer) insertsSucceed(context.Context) error {
+	if p := c.pipe.Load(); p != nil {
+		if why := p.SinkError(); why != "" {
+			return errors.New(why)
+		}
+	}
+	return nil
+}
+
+// wait runs f under startRetry, logging failures, until it succeeds (nil) or ctx ends
+// (errStopped). It returns f's error at once when f makes it permanent (retry.Permanent).
+func (c *consumer) wait(ctx context.Context, what string, f func(context.Context) error) error {
+	c.ready.Starting(what)
+	err := retry.Do(ctx, startRetry, f, func(_ int, err error, wait time.Duration) {
+		c.log.Warn(what+" failed, retrying", "retry_in", wait, "error", err)
+	})
+	if err != nil && ctx.Err() != nil {
+		return errStopped
+	}
+	return err
+}
+
+// errStopped is wait's answer when the consumer was stopped while it waited.
+var errStopped = errors.New("stopped during start-up")
+
+func ignoreStopped(err error) error {
+	if errors.Is(err, errStopped) {
+		return nil
+	}
+	return err
+}
+
+// run connects, waiting for NATS and ClickHouse, and consumes until ctx ends.
+func (c *consumer) run(ctx context.Context) error {
+	cfg, log := c.cfg, c.log
+	c.ready.Starting("connecting to NATS")
+	conn, err := cfg.NATS.Connect("servescope-consumer", append(config.NATSEventHandlers(log, config.RedactURL(cfg.NATS.URL)),
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
@@ -139,13 +168,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) err
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrl()) }),
-	)
+	)...)
 	if err != nil {
 		return err
 	}
-	nc.Store(conn)
+	c.nc.Store(conn)
 	defer conn.Close()
-	setStage("checking the JetStream streams and the durable consumer")
 	js, err := jetstream.New(conn)
 	if err != nil {
 		return fmt.Errorf("JetStream context: %w", err)
@@ -159,48 +187,38 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) err
 	var (
 		cons      jetstream.Consumer
 		diffs     []bus.Difference
-		fatal     error
 		waitSince = time.Now()
 	)
-	if !retry(ctx, log, "check the JetStream streams and durable consumer "+set.Durable, func(ctx context.Context) error {
+	if err := c.wait(ctx, "check the JetStream streams and durable consumer "+set.Durable, func(ctx context.Context) error {
 		cons, diffs, err = bus.CheckConsumer(ctx, js, topo, cfg.DurableConsumer(), cfg.NATS.StreamSettings())
 		if errors.Is(err, bus.ErrNotSetUp) && time.Since(waitSince) >= cfg.NATS.SetupWait {
-			fatal = err
-			return nil
+			return retry.Permanent(err)
 		}
 		return err
-	}) {
-		return nil
-	}
-	if fatal != nil {
-		return fatal
+	}); err != nil {
+		return ignoreStopped(err)
 	}
 	bus.LogDifferences(log, diffs)
-	setStage("connecting to ClickHouse")
 	var chConn driver.Conn
-	if !retry(ctx, log, "connect to ClickHouse", func(ctx context.Context) error {
-		c, err := chstore.Open(ctx, cfg.ClickHouse)
+	if err := c.wait(ctx, "connect to ClickHouse", func(ctx context.Context) error {
+		conn, err := chstore.Open(ctx, cfg.ClickHouse)
 		if err != nil {
 			return err
 		}
-		if err := sink.New(c).Check(ctx); err != nil {
-			_ = c.Close()
+		if err := sink.New(conn).Check(ctx); err != nil {
+			_ = conn.Close()
 			if errors.Is(err, sink.ErrMissingTables) {
-				fatal = fmt.Errorf("ClickHouse database %s: %w", cfg.ClickHouse.Database, err)
-				return nil
+				return retry.Permanent(fmt.Errorf("ClickHouse database %s: %w", cfg.ClickHouse.Database, err))
 			}
 			return err
 		}
-		chConn = c
+		chConn = conn
 		return nil
-	}) {
-		return nil
-	}
-	if fatal != nil {
-		return fatal
+	}); err != nil {
+		return ignoreStopped(err)
 	}
 	defer chConn.Close()
-	ch.Store(&chConn)
+	c.ch.Store(&chConn)
 
 	snk := sink.New(chConn)
 	// TTLs are in force before the first insert, so that a backfill waiting in the stream is not
@@ -212,15 +230,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) err
 	go func() { defer close(watchDone); watch.run(watchCtx) }()
 	defer func() { stopWatch(); <-watchDone }()
 
-	p := pipeline.New(set, topo, js, cons, snk, metrics, log)
-	pipe.Store(p)
-	stage.Store(nil)
+	p := pipeline.New(set, topo, js, cons, snk, c.metrics, log)
+	c.pipe.Store(p)
+	c.ready.Started()
 	durable := cons.CachedInfo().Config // as the setup step made it: in force, whatever set says
 	log.Info("consuming", "stream", topo.Stream(), "durable", set.Durable, "batch_rows", set.BatchRows,
 		"flush_interval", set.FlushInterval, "pull_messages", set.PullMessages(), "max_ack_pending", durable.MaxAckPending, "ack_wait", durable.AckWait,
 		"clickhouse_database", cfg.ClickHouse.Database)
 	err = p.Run(ctx)
-	setStage("stopping")
 	// The last acks sit in the connection's buffer; make sure the server has them before closing.
 	if ferr := conn.FlushTimeout(5 * time.Second); ferr != nil {
 		log.Warn("flush acknowledgements to NATS", "error", ferr)
@@ -276,30 +293,5 @@ func (w *retentionWatch) run(ctx context.Context) {
 		case <-t.C:
 			w.load(ctx)
 		}
-	}
-}
-
-// retry runs f with capped exponential backoff until it succeeds (true) or ctx ends (false).
-func retry(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) bool {
-	delay := 250 * time.Millisecond
-	for {
-		actx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		err := f(actx)
-		cancel()
-		if err == nil {
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		log.Warn(what+" failed, retrying", "retry_in", delay, "error", err)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		case <-t.C:
-		}
-		delay = min(2*delay, retryDelayMax)
 	}
 }

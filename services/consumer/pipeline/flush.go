@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/internal/retry"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/consumer/sink"
 )
@@ -79,7 +80,7 @@ func (p *Pipeline) flush(ctx context.Context, b *batch) {
 // refused (refused, and next for the rest), or ctx ends (not ok).
 func (p *Pipeline) insertPart(ctx context.Context, whole, part *batch) (next []*batch, refused []refusal, ok bool) {
 	token := p.token(part)
-	delay := p.set.RetryMin
+	backoff := p.set.retry().Backoff()
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
 		actx, cancel := context.WithTimeout(ctx, p.insertTimeout())
@@ -130,13 +131,12 @@ func (p *Pipeline) insertPart(ctx context.Context, whole, part *batch) (next []*
 		}
 		// Retry, or Unknown with attempts left.
 		p.failing(part.table, v)
+		wait := backoff.Next()
 		p.log.Warn("insert failed, batch stays unacknowledged and is retried", "table", part.table, "rows", len(part.msgs),
-			"attempt", attempt, "class", v.Class.String(), "retry_in", delay, "error", err)
-		wait := jitter(delay)
-		delay = min(2*delay, p.set.RetryMax)
+			"attempt", attempt, "class", v.Class.String(), "retry_in", wait, "error", err)
 		for wait > 0 && ctx.Err() == nil {
 			step := min(wait, time.Second)
-			sleep(ctx, step)
+			retry.Sleep(ctx, step)
 			wait -= step
 			p.keepAlive(whole, time.Now())
 		}
@@ -358,21 +358,14 @@ func (p *Pipeline) deadLetterOnly(ctx context.Context, whole *batch, refused []r
 		errs[i].Reason = r.orig.Reason + "; not recorded in ingest_errors, which refused it: " + r.reason
 	}
 	p.log.Error("ingest_errors refused rows; they are in the dead-letter stream only", "rows", len(refused), "reason", refused[0].reason)
-	delay := p.set.RetryMin
-	for {
-		actx, cancel := context.WithTimeout(ctx, p.insertTimeout())
-		err := p.deadLetter(actx, errs)
-		cancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		p.log.Warn("publish dead letters failed, retrying", "retry_in", delay, "error", err)
-		sleep(ctx, jitter(delay))
-		delay = min(2*delay, p.set.RetryMax)
-		p.keepAlive(whole, time.Now())
+	policy := p.set.retry()
+	policy.AttemptTimeout = p.insertTimeout()
+	if err := retry.Do(ctx, policy, func(ctx context.Context) error { return p.deadLetter(ctx, errs) },
+		func(_ int, err error, wait time.Duration) {
+			p.log.Warn("publish dead letters failed, retrying", "retry_in", wait, "error", err)
+			p.keepAlive(whole, time.Now())
+		}); err != nil {
+		return // ctx ended
 	}
 	for _, r := range refused {
 		p.terminate(r.msg, r.label)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/servescope/servescope/internal/retry"
 )
 
 // chunkSize is the most messages handed to a decoder at once.
@@ -81,7 +83,7 @@ func chunk(in <-chan jetstream.Msg, done <-chan struct{}, out chan<- []jetstream
 // received are handed to handler, no more are requested. If consuming stops by itself (the
 // durable consumer deleted, the connection closed) it is started again with backoff.
 func (p *Pipeline) consume(ctx context.Context, handler jetstream.MessageHandler) {
-	delay := p.set.RetryMin
+	backoff := p.set.retry().Backoff()
 	for ctx.Err() == nil {
 		maxBytes := pullMaxBytes
 		if mp := int(p.js.Conn().MaxPayload()); mp > maxBytes {
@@ -97,9 +99,9 @@ func (p *Pipeline) consume(ctx context.Context, handler jetstream.MessageHandler
 			}))
 		if err != nil {
 			p.metrics.ConsumeErrors.Inc()
-			p.log.Warn("start consuming from JetStream failed, retrying", "stream", p.topo.Stream(), "durable", p.set.Durable, "retry_in", delay, "error", err)
-			sleep(ctx, jitter(delay))
-			delay = min(2*delay, p.set.RetryMax)
+			wait := backoff.Next()
+			p.log.Warn("start consuming from JetStream failed, retrying", "stream", p.topo.Stream(), "durable", p.set.Durable, "retry_in", wait, "error", err)
+			retry.Sleep(ctx, wait)
 			continue
 		}
 		started := time.Now()
@@ -118,12 +120,12 @@ func (p *Pipeline) consume(ctx context.Context, handler jetstream.MessageHandler
 			return
 		case <-closed:
 			if time.Since(started) > p.set.RetryMax {
-				delay = p.set.RetryMin // it ran well; this is a new failure
+				backoff.Reset() // it ran well; this is a new failure
 			}
 			p.metrics.ConsumeErrors.Inc()
-			p.log.Warn("consuming from JetStream stopped, starting again", "stream", p.topo.Stream(), "durable", p.set.Durable, "retry_in", delay)
-			sleep(ctx, jitter(delay))
-			delay = min(2*delay, p.set.RetryMax)
+			wait := backoff.Next()
+			p.log.Warn("consuming from JetStream stopped, starting again", "stream", p.topo.Stream(), "durable", p.set.Durable, "retry_in", wait)
+			retry.Sleep(ctx, wait)
 		}
 	}
 }

@@ -121,7 +121,6 @@ package pipeline
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"runtime"
 	"strings"
 	"sync"
@@ -131,6 +130,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/internal/retry"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/consumer/sink"
 )
@@ -147,10 +147,14 @@ type Settings struct {
 	Decoders int
 	// ShutdownTimeout bounds the final inserts after the context ends; 0 means 30 s.
 	ShutdownTimeout time.Duration
-	// RetryMin and RetryMax bound the backoff between failed inserts or attempts to consume; 0
-	// means 100 ms and 5 s.
+	// RetryMin and RetryMax bound the backoff between failed inserts or attempts to consume (the
+	// nominal wait doubles from RetryMin to RetryMax; each wait is drawn from its upper half, as
+	// package retry does); 0 means 100 ms and 5 s.
 	RetryMin, RetryMax time.Duration
 }
+
+// retry is the policy of the pipeline's retries.
+func (s Settings) retry() retry.Policy { return retry.Policy{Min: s.RetryMin, Max: s.RetryMax} }
 
 // PullMessages is the number of messages nats.go keeps requested and buffered ahead of the
 // decoders: min(BatchRows, 1000).
@@ -494,22 +498,5 @@ func (p *Pipeline) pollLag(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-	}
-}
-
-// jitter returns a duration uniformly in [d/2, d).
-func jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2)
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"slices"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/servescope/servescope/internal/retry"
 )
 
 // Delivery is one attempt to POST one message to one receiver.
@@ -73,7 +74,8 @@ type Options struct {
 	// BackoffBase and BackoffMax bound the wait between attempts (defaults 500 ms and 30 s); each wait
 	// is drawn uniformly from [b/2, b] where b doubles per attempt up to BackoffMax.
 	BackoffBase, BackoffMax time.Duration
-	// GiveUpAfter stops retrying a message this long after its first attempt (default 24 h).
+	// GiveUpAfter stops retrying a message once another attempt would start this long after its
+	// first attempt (default 24 h).
 	GiveUpAfter time.Duration
 	// Timeout bounds one POST (default 10 s).
 	Timeout time.Duration
@@ -296,13 +298,15 @@ func (r *receiver) run(ctx context.Context) {
 }
 
 // deliver POSTs the message of alerts (one group) until the receiver accepts it, it refuses it for
-// good (4xx other than 408/429), GiveUpAfter passes, or ctx ends. Before each retry it drops the
-// alerts superseded by a newer queued state change (which will go out in their place), and stops
-// when none is left.
+// good (4xx other than 408/429), GiveUpAfter passes, or ctx ends, waiting between attempts as
+// Options says. Before each retry it drops the alerts superseded by a newer queued state change
+// (which will go out in their place), and stops when none is left.
 func (r *receiver) deliver(ctx context.Context, alerts []Alert) error {
 	first := time.Now()
-	backoff := r.opts.BackoffBase
-	for attempt := 1; ; attempt++ {
+	attempt := 0
+	policy := retry.Policy{Min: r.opts.BackoffBase, Max: r.opts.BackoffMax, GiveUpAfter: r.opts.GiveUpAfter}
+	return retry.Do(ctx, policy, func(ctx context.Context) error {
+		attempt++
 		if attempt > 1 {
 			if alerts = r.current(alerts); len(alerts) == 0 {
 				r.opts.Log.Info("webhook message superseded by a newer state of its alerts", "receiver", r.name)
@@ -312,7 +316,7 @@ func (r *receiver) deliver(ctx context.Context, alerts []Alert) error {
 		m := NewMessage(r.name, r.opts.ExternalURL, alerts)
 		body, err := json.Marshal(m)
 		if err != nil {
-			return fmt.Errorf("encode webhook message: %w", err)
+			return retry.Permanent(fmt.Errorf("encode webhook message: %w", err))
 		}
 		fps, statuses, starts := make([]string, len(alerts)), make([]string, len(alerts)), make([]time.Time, len(alerts))
 		for i, a := range alerts {
@@ -335,20 +339,12 @@ func (r *receiver) deliver(ctx context.Context, alerts []Alert) error {
 			return nil
 		}
 		if code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests {
-			return fmt.Errorf("receiver refused the message: %w", err)
+			return retry.Permanent(fmt.Errorf("receiver refused the message: %w", err))
 		}
-		if time.Since(first) >= r.opts.GiveUpAfter {
-			return fmt.Errorf("gave up after %d attempts: %w", attempt, err)
-		}
-		r.opts.Log.Warn("webhook attempt failed", "receiver", r.name, "attempt", attempt, "err", err)
-		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
-		backoff = min(backoff*2, r.opts.BackoffMax)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-	}
+		return err
+	}, func(attempt int, err error, wait time.Duration) {
+		r.opts.Log.Warn("webhook attempt failed", "receiver", r.name, "attempt", attempt, "retry_in", wait, "err", err)
+	})
 }
 
 func (r *receiver) post(ctx context.Context, body []byte) (int, error) {

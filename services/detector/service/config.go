@@ -1,5 +1,6 @@
 // Package service assembles the detector: settings, built-in and user rules, evaluation groups,
-// the webhook notifier, alert state persistence, replay, and the metrics/health endpoint.
+// the webhook notifier, alert state persistence, replay, and the running service with its
+// /metrics, /healthz and /readyz (Serve).
 package service
 
 import (
@@ -26,7 +27,7 @@ type Config struct {
 	RulesDir string `env:"DETECTOR_RULES_DIR"`
 	// Interval is the evaluation interval of rules that do not set their own.
 	Interval time.Duration `env:"DETECTOR_INTERVAL" envDefault:"30s"`
-	// MetricsAddr serves /metrics and /healthz.
+	// MetricsAddr serves /metrics, /healthz and /readyz.
 	MetricsAddr string `env:"DETECTOR_METRICS_ADDR" envDefault:":9102"`
 	// RepeatInterval is how often a still-firing alert is sent again.
 	RepeatInterval time.Duration `env:"DETECTOR_REPEAT_INTERVAL" envDefault:"4h"`

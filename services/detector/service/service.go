@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net/http"
 	"os"
 	"sort"
 	"sync"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	builtin "github.com/servescope/servescope/deploy/detector"
 	"github.com/servescope/servescope/services/detector/alerting"
@@ -271,20 +269,4 @@ func finite(v float64) *float64 {
 		return nil
 	}
 	return &v
-}
-
-// Handler serves /metrics (the registry) and /healthz (200 when ClickHouse answers a ping).
-func (d *Detector) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := d.conn.Ping(ctx); err != nil {
-			http.Error(w, "clickhouse: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	return mux
 }

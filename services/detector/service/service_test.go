@@ -3,6 +3,8 @@ package service_test
 import (
 	"context"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -10,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/servescope/servescope/dev/synth"
 	"github.com/servescope/servescope/dev/testenv"
@@ -70,33 +75,29 @@ func TestConfigFromEnvironment(t *testing.T) {
 	}
 }
 
-// /metrics shows evaluation durations and alerts by state; /healthz answers while ClickHouse does.
-func TestMetricsAndHealth(t *testing.T) {
+// /metrics shows evaluation durations and alerts by state.
+func TestMetrics(t *testing.T) {
 	t.Parallel()
 	conn, ch := testenv.ClickHouse(t)
 	at := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
 	s := synth.NormalShape()
 	s.Status5xxProb = 0.5
 	insert(t, conn, synth.New(5).Requests(at.Add(-5*time.Minute), at, synth.Constant(0.2), s))
-	d := newDetector(t, testConfig(ch), conn)
+	defs, err := service.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	d, err := service.New(testConfig(ch), conn, defs, reg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := d.Groups()[0].Eval(context.Background(), at); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(d.Handler())
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer srv.Close()
-	get := func(path string) (int, string) {
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
-		t.Fatalf("/healthz: %d %q", code, body)
-	}
-	code, body := get("/metrics")
+	code, body := get(t, srv.URL+"/metrics")
 	for _, want := range []string{
 		`servescope_detector_rule_evaluation_duration_seconds_count{rule="latency_p95"} 1`,
 		`servescope_detector_rule_evaluation_failures_total{rule="server_errors"} 0`,
@@ -107,4 +108,58 @@ func TestMetricsAndHealth(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+}
+
+// Serve answers /healthz, /readyz (ClickHouse answers: ready) and /metrics with the build
+// information, and returns nil when its context ends.
+func TestServe(t *testing.T) {
+	t.Parallel()
+	_, ch := testenv.ClickHouse(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + ln.Addr().String()
+	defs, err := service.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- service.Serve(ctx, testConfig(ch), defs, ln, slog.New(slog.DiscardHandler)) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, body := get(t, base+"/readyz")
+		if code == 200 && strings.Contains(body, `"clickhouse":"ok"`) && strings.Contains(body, `"ready":true`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz: %d %s, want 200 with ClickHouse ok", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code, body := get(t, base+"/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("/healthz: %d %q", code, body)
+	}
+	code, body := get(t, base+"/metrics")
+	for _, want := range []string{`program="detector"`, "go_build_info{", "go_goroutines "} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve after its context ended: %v", err)
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -2,22 +2,24 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/servescope/servescope/internal/config"
+	"github.com/servescope/servescope/internal/service"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/services/gateway/ingest"
 	"github.com/servescope/servescope/services/gateway/proxy"
@@ -26,14 +28,19 @@ import (
 
 // Server is a running gateway.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	nc       *nats.Conn
-	pub      *publish.Publisher
-	proxy    *proxy.Handler
-	ln       net.Listener
-	http     *http.Server
-	draining atomic.Bool
+	cfg   Config
+	log   *slog.Logger
+	nc    *nats.Conn
+	pub   *publish.Publisher
+	proxy *proxy.Handler
+	ln    net.Listener
+	http  *http.Server
+	ready *service.Readiness
+
+	engines      []*url.URL
+	engineHealth *http.Client
+	// engineSeen is set once an engine answered GET /health: from then on /readyz no longer asks.
+	engineSeen atomic.Bool
 }
 
 // New builds the gateway and binds its listener. It does not wait for NATS: the connection
@@ -52,9 +59,14 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		cfg.IngestToken = strings.TrimRight(string(b), "\r\n")
 	}
-	s := &Server{cfg: cfg, log: log}
+	engines, err := proxy.ParseUpstreams(cfg.UpstreamURL)
+	if err != nil {
+		return nil, fmt.Errorf("GATEWAY_UPSTREAM_URL: %w", err)
+	}
+	s := &Server{cfg: cfg, log: log, ready: service.NewReadiness(), engines: engines,
+		engineHealth: &http.Client{Transport: proxy.NewTransport(cfg.UpstreamDialTimeout, service.CheckTimeout), Timeout: service.CheckTimeout}}
 
-	nc, err := cfg.NATS.Connect("servescope-gateway",
+	nc, err := cfg.NATS.Connect("servescope-gateway", append(config.NATSEventHandlers(log, config.RedactURL(cfg.NATS.URL)),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
@@ -69,14 +81,13 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted())
 		}),
-	)
+	)...)
 	if err != nil {
 		return nil, err
 	}
 	s.nc = nc
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := service.NewRegistry("gateway")
 	expected, _ := cfg.NATS.Topology().Expected(cfg.NATS.StreamSettings())
 	s.pub, err = publish.New(nc, cfg.NATS.SubjectPrefix, publish.Config{
 		SpoolDir:      cfg.SpoolDir,
@@ -144,40 +155,77 @@ func (s *Server) buildHandler(reg *prometheus.Registry) (http.Handler, error) {
 	ing := ingest.New(cfg.IngestToken, cfg.IngestMaxBytes, s.pub, s.log.With("component", "ingest"))
 	ingestRequests := metrics.Route(ingest.Path)
 
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("/readyz", s.readyz)
+	s.ready.Check("engine", s.engineAnswered)
+	s.ready.Details(s.readyDetails)
+	mux := service.NewMux(reg, s.ready)
 	mux.Handle(ingest.Path, ingestRequests(ing))
 	mux.Handle("/", p)
 	return mux, nil
 }
 
-// readyz answers 200 while the gateway takes traffic and 503 once it drains. NATS being away,
-// or its streams not set up yet ("stream_check" says what is missing), does not make it unready:
-// requests are still served and their events spooled.
-func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+// readyDetails is the state /readyz shows besides readiness. NATS being away, or its streams not
+// set up yet ("stream_check" says what is missing), does not make the gateway unready: requests
+// are still served and their events spooled.
+func (s *Server) readyDetails() map[string]any {
 	st := s.pub.Stats()
-	body := map[string]any{
+	d := map[string]any{
 		"nats_connected": s.nc.IsConnected(),
 		"spool_events":   st.SpoolEvents,
 		"spool_bytes":    st.SpoolBytes,
 		"dropped":        st.Dropped,
 	}
 	if err := s.pub.StreamCheck(); err != nil {
-		body["stream_check"] = err.Error()
+		d["stream_check"] = err.Error()
 	}
-	status := http.StatusOK
-	if s.draining.Load() {
-		status = http.StatusServiceUnavailable
-		body["draining"] = true
+	return d
+}
+
+// engineAnswered is /readyz's engine check: nil once any engine has answered GET /health (vLLM's
+// health endpoint: 200 while its engine runs, 503 once it died) with 200 since the gateway
+// started, so that a gateway pointed at the wrong engines never takes traffic. After that the
+// engines are not asked again: an engine that fails later is the failure the gateway exists to
+// record (its clients get the engine's errors through it, recorded), which taking the gateway
+// out of rotation would hide; and vLLM logs every /health request.
+func (s *Server) engineAnswered(ctx context.Context) error {
+	if s.engineSeen.Load() {
+		return nil
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(body)
+	errs := make([]error, len(s.engines))
+	var wg sync.WaitGroup
+	for i, u := range s.engines {
+		wg.Go(func() { errs[i] = s.engineHealthy(ctx, u) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err == nil {
+			if !s.engineSeen.Swap(true) {
+				s.log.Info("an engine answered GET /health: ready")
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("no engine has answered GET /health yet: %w", errors.Join(errs...))
+}
+
+func (s *Server) engineHealthy(ctx context.Context, u *url.URL) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String()+"/health", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := s.engineHealth.Do(req)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return fmt.Errorf("%s: %w", u.Redacted(), err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: GET /health: HTTP %d", u.Redacted(), resp.StatusCode)
+	}
+	return nil
 }
 
 // Addr is the address the gateway listens on.
@@ -186,41 +234,32 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 // Publisher is the gateway's event publisher (for its counters).
 func (s *Server) Publisher() *publish.Publisher { return s.pub }
 
-// Run serves until ctx ends, then shuts down: it stops accepting, waits up to ShutdownTimeout
-// for in-flight requests (streams included) to finish, and then flushes the publisher to
-// JetStream or the spool.
+// Run serves until ctx ends or serving fails, then shuts down in this order:
+//  1. /readyz answers 503 (draining);
+//  2. the listener stops accepting, and in-flight requests (streams included) get up to
+//     ShutdownTimeout to finish;
+//  3. the recorder hands its last events to the publisher;
+//  4. the publisher flushes them to JetStream or the spool (up to ShutdownTimeout);
+//  5. the NATS connection closes.
 func (s *Server) Run(ctx context.Context) error {
-	errc := make(chan error, 1)
-	go func() { errc <- s.http.Serve(s.ln) }()
+	g := service.NewGroup(s.log)
+	g.AddStop("readiness", s.ready.Stopping)
+	g.AddServer("http", s.http, s.ln, s.cfg.ShutdownTimeout)
+	g.AddStop("recorder", s.proxy.Close)
+	g.AddStop("publisher", func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		defer cancel()
+		if err := s.pub.Close(ctx); err != nil {
+			s.log.Error("flush publisher", "error", err)
+		}
+		st := s.pub.Stats()
+		s.log.Info("gateway stopped", "published", st.Published, "spooled", st.Spooled, "replayed", st.Replayed,
+			"dropped", st.Dropped, "spool_events", st.SpoolEvents)
+	})
+	g.AddStop("nats", s.nc.Close)
+	s.ready.Started()
 	s.log.Info("gateway listening", "addr", s.Addr(), "upstream", s.cfg.UpstreamURL, "subject_prefix", s.cfg.NATS.SubjectPrefix)
-
-	var serveErr error
-	select {
-	case <-ctx.Done():
-	case serveErr = <-errc:
-	}
-	s.draining.Store(true)
-	s.log.Info("gateway shutting down: draining in-flight requests", "timeout", s.cfg.ShutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
-	defer cancel()
-	if err := s.http.Shutdown(sctx); err != nil {
-		s.log.Warn("in-flight requests did not finish in time", "error", err)
-		_ = s.http.Close()
-	}
-	s.proxy.Close()
-	pctx, pcancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
-	defer pcancel()
-	if err := s.pub.Close(pctx); err != nil {
-		s.log.Error("flush publisher", "error", err)
-	}
-	st := s.pub.Stats()
-	s.log.Info("gateway stopped", "published", st.Published, "spooled", st.Spooled, "replayed", st.Replayed,
-		"dropped", st.Dropped, "spool_events", st.SpoolEvents)
-	s.nc.Close()
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
-		return fmt.Errorf("serve on %s: %w", s.Addr(), serveErr)
-	}
-	return nil
+	return g.Run(ctx)
 }
 
 func (s *Server) closeBackground() {
