@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/servescope/servescope/dev/testenv"
-	"github.com/servescope/servescope/services/servescope/postmortem"
+	"github.com/servescope/servescope/internal/postmortem"
 )
 
 const crashLog = "postmortem/testdata/v0_10_type_one.log"

@@ -12,8 +12,8 @@ import (
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/servescope/diagnose"
-	"github.com/servescope/servescope/services/servescope/postmortem"
+	"github.com/servescope/servescope/internal/diagnose"
+	"github.com/servescope/servescope/internal/postmortem"
 )
 
 func newPostmortemCmd() *cobra.Command {

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/collector/vllmlog"
+	"github.com/servescope/servescope/internal/vllmlog"
 )
 
 // Publisher takes events for delivery; schema/publish's Publisher is one.

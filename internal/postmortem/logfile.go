@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/collector/vllmlog"
+	"github.com/servescope/servescope/internal/vllmlog"
 )
 
 // maxLineBytes bounds one log line; vLLM's longest lines (start-up config dumps) are a few KiB.

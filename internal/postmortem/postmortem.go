@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/collector/vllmlog"
+	"github.com/servescope/servescope/internal/vllmlog"
 )
 
 // Verdicts.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/servescope/postmortem"
+	"github.com/servescope/servescope/internal/postmortem"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
