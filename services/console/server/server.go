@@ -328,6 +328,8 @@ func (s *Server) parseView(q url.Values) (View, error) {
 		}
 	}
 	v.Step = StepFor(v.To.Sub(v.From))
+	// The first bucket starts where the range does, so that every interval drawn is whole.
+	v.From = v.From.Truncate(v.Step)
 	return v, nil
 }
 

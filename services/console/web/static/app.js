@@ -117,8 +117,8 @@
       switch (unit) {
         case "s":
           if (v === 0) return "0 s";
-          if (Math.abs(v) < 1) return (v * 1000).toPrecision(3).replace(/\.?0+$/, "") + " ms";
-          return v.toPrecision(3).replace(/\.?0+$/, "") + " s";
+          if (Math.abs(v) < 1) return parseFloat((v * 1000).toPrecision(3)) + " ms";
+          return parseFloat(v.toPrecision(3)) + " s";
         case "share": return (v * 100).toFixed(v < 0.1 ? 1 : 0) + "%";
         case "score": return v.toFixed(3);
         default: return Math.abs(v) >= 100 ? Math.round(v).toString() : (Math.round(v * 10) / 10).toString();
@@ -189,7 +189,7 @@
     };
     var axes = [
       { stroke: "#555", grid: { stroke: "#eee" }, ticks: { stroke: "#ddd" } },
-      { scale: "y", stroke: "#555", grid: { stroke: "#eee" }, ticks: { stroke: "#ddd" }, size: 56,
+      { scale: "y", stroke: "#555", grid: { stroke: "#eee" }, ticks: { stroke: "#ddd" }, size: 64,
         values: function (u, vals) { return vals.map(fmt(unit)); } }
     ];
     var scales = { x: { time: true, range: [data.from / 1000, data.to / 1000] }, y: { range: yRange } };
