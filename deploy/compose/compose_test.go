@@ -107,6 +107,18 @@ func binary(s service) string {
 	return ""
 }
 
+// binaryDir returns the package directory of a binary the image holds: a production service under
+// services/ or a stand-in under sim/ (deploy/Dockerfile builds both); "" when neither has it.
+func binaryDir(root, bin string) string {
+	for _, parent := range []string{"services", "sim"} {
+		dir := filepath.Join(root, parent, bin)
+		if _, err := os.Stat(filepath.Join(dir, "main.go")); err == nil {
+			return dir
+		}
+	}
+	return ""
+}
+
 // envVars returns every environment variable a binary's configuration reads: the `env` struct
 // tags in its package tree and in the packages it shares with the other services, with the
 // prefix of any env.Options{Prefix: "..."} in its own package applied to its own tags.
@@ -154,8 +166,8 @@ func envVars(t *testing.T, root, bin string) map[string]bool {
 			vars[prefix+tg] = true
 		}
 	}
-	scan(filepath.Join(root, "services", bin), true)
-	scan(filepath.Join(root, "services", "internal", "config"), false)
+	scan(binaryDir(root, bin), true)
+	scan(filepath.Join(root, "internal", "config"), false)
 	return vars
 }
 
@@ -169,8 +181,8 @@ func TestEnvironmentIsRead(t *testing.T) {
 		if bin == "" {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(root, "services", bin, "main.go")); err != nil {
-			t.Errorf("service %s runs %q, which is not a binary under services/", name, bin)
+		if binaryDir(root, bin) == "" {
+			t.Errorf("service %s runs %q, which is not a binary under services/ or sim/", name, bin)
 			continue
 		}
 		known := envVars(t, root, bin)
