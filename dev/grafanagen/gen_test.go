@@ -17,6 +17,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/servescope/servescope/dev/synth"
+	"github.com/servescope/servescope/dev/testclock"
 	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/panels"
@@ -231,8 +232,8 @@ func run(ctx context.Context, conn driver.Conn, q string) ([]string, int, error)
 func TestDashboardSQLOnClickHouse(t *testing.T) {
 	conn, _ := testenv.ClickHouse(t)
 	ctx := context.Background()
-	// A fixed instant: the data and the window do not follow the wall clock.
-	now := time.Date(2026, 11, 24, 15, 0, 0, 0, time.UTC)
+	// The normal day follows the time of day: the instant comes from testclock (pinned by scripts/test).
+	now := testclock.EvalTime(t, 0)
 	g := synth.New(11)
 	tr := g.Normal(now.Add(-26*time.Hour), now.Add(-20*time.Minute))
 	switched := synth.NormalShape()

@@ -111,7 +111,7 @@ var funcs = template.FuncMap{
 		return strings.Join(parts, " ")
 	},
 	"join": strings.Join,
-	"pct": func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
+	"pct":  func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
 }
 
 func newPages() (*pages, error) {

@@ -98,6 +98,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /static/", http.StripPrefix("/static/", web.Static()))
+	// Browsers ask for /favicon.ico on pages without an icon link (the error pages): no icon, no 404.
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /login", s.loginPage)
 	mux.HandleFunc("POST /login", s.login)
 	mux.HandleFunc("POST /logout", s.logout)
@@ -401,7 +403,11 @@ func (s *Server) apiError(w http.ResponseWriter, what string, err error) {
 	if down {
 		status = http.StatusServiceUnavailable
 	}
-	writeJSON(w, status, map[string]any{"error": what + ": " + err.Error(), "clickhouse_down": down,
+	msg := err.Error()
+	if what != "" {
+		msg = what + ": " + msg
+	}
+	writeJSON(w, status, map[string]any{"error": msg, "clickhouse_down": down,
 		"clickhouse": strings.Join(s.cfg.ClickHouse.Addr, ",")})
 }
 
@@ -468,7 +474,7 @@ func (s *Server) apiPanel(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	data, err := readPanel(ctx, s.conn, p, v.request())
 	if err != nil {
-		s.apiError(w, "panel "+p.Name, err)
+		s.apiError(w, "", err) // readPanel's errors name the panel
 		return
 	}
 	latest, err := latestAlerts(ctx, s.conn, v.To, append([]string{p.Rule}, p.AlsoRules...))
