@@ -16,7 +16,7 @@ import (
 	"github.com/servescope/servescope/internal/postmortem"
 )
 
-const crashLog = "postmortem/testdata/v0_10_type_one.log"
+const crashLog = "../../internal/postmortem/testdata/v0_10_type_one.log"
 
 // run executes the CLI with args and returns its output and exit code as main would set it.
 func run(t *testing.T, args ...string) (string, int, error) {
