@@ -40,7 +40,7 @@ type Options struct {
 	// Once tears the stack down after the report and makes Run fail when an expected alert did
 	// not arrive; otherwise Run keeps the stack up until ctx ends.
 	Once bool
-	// PortBase is the first of the demo's nine consecutive ports (DefaultPortBase when 0).
+	// PortBase is the first of the demo's ten consecutive ports (DefaultPortBase when 0).
 	PortBase int
 	// Database and Prefix isolate the demo in ClickHouse and NATS from tests and deployments.
 	Database, Prefix string
@@ -184,6 +184,8 @@ func (r *run) prepare(ctx context.Context) error {
 	}
 	token := make([]byte, 16)
 	_, _ = rand.Read(token)
+	consoleToken := make([]byte, 16)
+	_, _ = rand.Read(consoleToken)
 	r.stack = Stack{
 		Ports: ports, Database: r.opt.Database, Prefix: r.opt.Prefix,
 		Dev: Dev{
@@ -191,7 +193,7 @@ func (r *run) prepare(ctx context.Context) error {
 			ClickHouseAddr: "127.0.0.1:" + envOr("SERVESCOPE_DEV_CLICKHOUSE_TCP_PORT", "9000"),
 		},
 		StateDir: r.dirs.State, LogDir: r.dirs.Logs, EngineLog: filepath.Join(r.dirs.Logs, "vllm-engine.log"),
-		AdminToken: hex.EncodeToString(token), Model: "servescope/sim-7b",
+		AdminToken: hex.EncodeToString(token), ConsoleToken: hex.EncodeToString(consoleToken), Model: "servescope/sim-7b",
 	}
 	if err := r.resetStorage(ctx); err != nil {
 		return err
@@ -306,6 +308,10 @@ func (r *run) startStack(ctx context.Context) error {
 		return err
 	}
 	r.step("detector up: every 2 s, 3 s behind the clock, alerts to the demo's webhook receiver %s", url(r.stack.Ports.Webhook, "/alerts"))
+	if _, err := r.procs.Start(ctx, r.stack.Console(), 30*time.Second); err != nil {
+		return err
+	}
+	r.step("console up: open %s and log in with the token %s to watch the scenarios live", r.stack.ConsoleURL(), r.stack.ConsoleToken)
 	return nil
 }
 
@@ -369,6 +375,7 @@ func (r *run) teardown() {
 func (r *run) printRunning() {
 	p := r.stack.Ports
 	fmt.Fprintf(r.out, "\nThe demo stack is running:\n")
+	fmt.Fprintf(r.out, "  console                %s   token %s (the minimal dashboard, alerts, complaints, crashes)\n", r.stack.ConsoleURL(), r.stack.ConsoleToken)
 	fmt.Fprintf(r.out, "  gateway (OpenAI API)   %s   e.g. curl %s -H 'Content-Type: application/json' -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n",
 		url(p.Gateway, "/v1"), url(p.Gateway, "/v1/chat/completions"), r.stack.Model)
 	fmt.Fprintf(r.out, "  ragdemo                %s   e.g. curl %s -d '{\"question\":\"Why does queue wait stay at zero?\"}'\n", url(p.RAG, "/ask"), url(p.RAG, "/ask"))

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/servescope/servescope/dev/testenv"
-	"github.com/servescope/servescope/services/servescope/diagnose"
+	"github.com/servescope/servescope/internal/diagnose"
 )
 
 // overloadNonStreaming is a healthy overload's non-streaming half, as request_facts gives it.

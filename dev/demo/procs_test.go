@@ -200,8 +200,8 @@ func TestPortsCheckFree(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("port %d (webhook receiver", taken)) {
 		t.Errorf("CheckFree with port %d taken: %v", taken, err)
 	}
-	if got := len(ps.List()); got != 9 {
-		t.Errorf("%d ports listed, want 9", got)
+	if got := len(ps.List()); got != 10 {
+		t.Errorf("%d ports listed, want 10", got)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/servescope/servescope/internal/chstore"
-	"github.com/servescope/servescope/services/servescope/diagnose"
+	"github.com/servescope/servescope/internal/diagnose"
 	"github.com/servescope/servescope/sim/loadgen/load"
 )
 

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/servescope/servescope/services/servescope/diagnose"
+	"github.com/servescope/servescope/internal/diagnose"
 )
 
 func p(v float64) *float64 { return &v }

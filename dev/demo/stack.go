@@ -16,17 +16,17 @@ import (
 // ClickHouse 9000/8123) and of the services' production defaults (8000, 8080, 4317, ...), so a
 // demo runs beside both.
 type Ports struct {
-	Engine, Gateway, RAG, Webhook, Consumer, Detector, Collector, OTLPGRPC, OTLPHTTP int
+	Engine, Gateway, RAG, Webhook, Consumer, Detector, Collector, OTLPGRPC, OTLPHTTP, Console int
 }
 
-// DefaultPortBase is the first of the demo's nine consecutive ports.
+// DefaultPortBase is the first of the demo's ten consecutive ports.
 const DefaultPortBase = 19600
 
-// PortsFrom lays the nine ports out from base.
+// PortsFrom lays the ten ports out from base.
 func PortsFrom(base int) Ports {
 	return Ports{
 		Engine: base, Gateway: base + 1, RAG: base + 2, Webhook: base + 3, Consumer: base + 4,
-		Detector: base + 5, Collector: base + 6, OTLPGRPC: base + 7, OTLPHTTP: base + 8,
+		Detector: base + 5, Collector: base + 6, OTLPGRPC: base + 7, OTLPHTTP: base + 8, Console: base + 9,
 	}
 }
 
@@ -37,6 +37,7 @@ func (p Ports) List() []NamedPort {
 		{"ragdemo (POST /ask)", p.RAG}, {"webhook receiver (in the driver)", p.Webhook},
 		{"consumer /metrics", p.Consumer}, {"detector /metrics", p.Detector},
 		{"collector /metrics", p.Collector}, {"collector OTLP/gRPC", p.OTLPGRPC}, {"collector OTLP/HTTP", p.OTLPHTTP},
+		{"console", p.Console},
 	}
 }
 
@@ -78,7 +79,9 @@ type Stack struct {
 	// EngineLog is the vLLM-shaped log vllmsim appends to and the collector follows.
 	EngineLog  string
 	AdminToken string // ragdemo's admin bearer token
-	Model      string
+	// ConsoleToken is the console's viewer token (printed with its URL).
+	ConsoleToken string
+	Model        string
 }
 
 // EngineName is the engine's name in engine.* events (COLLECTOR_TARGETS name=URL).
@@ -127,6 +130,24 @@ func (s *Stack) EngineArgs(extra ...string) []string {
 func (s *Stack) Engine(extra ...string) Service {
 	return Service{Name: "vllmsim", Bin: "vllmsim", Args: s.EngineArgs(extra...), Health: url(s.Ports.Engine, "/health")}
 }
+
+// Console is the web console on the demo's database, with the demo's scaled detector rules (so
+// its thresholds are the ones the demo's detector evaluates), behind ConsoleToken.
+func (s *Stack) Console() Service {
+	return Service{Name: "console", Bin: "console", Health: url(s.Ports.Console, "/healthz"),
+		Env: with(map[string]string{
+			"SERVESCOPE_CLICKHOUSE_ADDR":     s.Dev.ClickHouseAddr,
+			"SERVESCOPE_CLICKHOUSE_DATABASE": s.Database,
+		},
+			"CONSOLE_LISTEN_ADDR", addr(s.Ports.Console),
+			"CONSOLE_AUTH", "token",
+			"CONSOLE_TOKEN", s.ConsoleToken,
+			"DETECTOR_RULES_DIR", filepath.Join(s.StateDir, "rules"))}
+}
+
+// ConsoleURL is the console's address (its login page asks for ConsoleToken; a token never
+// travels in a URL, where logs and browser history would keep it).
+func (s *Stack) ConsoleURL() string { return url(s.Ports.Console, "/") }
 
 // Services are the stack's processes in start order (the engine comes from Engine).
 func (s *Stack) Services() (consumer, collector, gateway, ragdemo, detector Service) {

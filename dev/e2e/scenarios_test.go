@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servescope/servescope/services/servescope/diagnose"
+	"github.com/servescope/servescope/internal/diagnose"
 	"github.com/servescope/servescope/sim/loadgen/load"
 	"github.com/servescope/servescope/sim/vllmsim/engine"
 )

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -23,7 +24,14 @@ const (
 	DetectorRole = "servescope_detector_role"
 	// ConsumerRole may only insert into the landing tables and ingest_errors.
 	ConsumerRole = "servescope_consumer_role"
+	// ConsoleRole may read every table and view of the database except the captured prompt and
+	// output text ([ContentColumns]), and write nothing.
+	ConsoleRole = "servescope_console_role"
 )
+
+// ContentColumns are the columns holding captured prompt and output text (migrations/000001):
+// the console's account may not read them unless [Access.ConsoleContent] is set.
+var ContentColumns = map[string][]string{"requests": {"prompt_text", "output_text"}}
 
 // DetectorInsertTables are the tables the detector writes: alert state (migrations/000001) and
 // webhook delivery attempts (migrations/000004). Every other table is read-only to it.
@@ -45,13 +53,19 @@ type Account struct {
 	Password string
 }
 
-// Access describes the two least-privilege accounts for one servescope database.
+// Access describes the least-privilege accounts for one servescope database: the detector's, the
+// consumer's and, optionally, the console's.
 type Access struct {
 	// Database holds servescope's tables (SERVESCOPE_CLICKHOUSE_DATABASE).
 	Database string
 	// Detector gets [DetectorRole], Consumer gets [ConsumerRole].
 	Detector Account
 	Consumer Account
+	// Console, when its User is set, gets [ConsoleRole]: the web console's read-only account.
+	Console Account
+	// ConsoleContent lets the console's account read [ContentColumns] too (content capture is on
+	// and the console shows it to viewers holding its content token).
+	ConsoleContent bool
 	// Networks are the client addresses or CIDRs the accounts may log in from (users.xml <ip>);
 	// empty means any address (::/0). Only [Access.UsersXML] uses it.
 	Networks []string
@@ -60,7 +74,7 @@ type Access struct {
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
 // Validate checks that every name is a plain identifier (so it is safe as an XML element name and
-// as a SQL identifier) and that both passwords are set and the two users differ.
+// as a SQL identifier) and that every password is set and the users differ.
 func (a Access) Validate() error {
 	var errs []error
 	if !identRE.MatchString(a.Database) {
@@ -69,14 +83,17 @@ func (a Access) Validate() error {
 	for _, acc := range []struct {
 		role string
 		a    Account
-	}{{"detector", a.Detector}, {"consumer", a.Consumer}} {
+	}{{"detector", a.Detector}, {"consumer", a.Consumer}, {"console", a.Console}} {
+		if acc.role == "console" && acc.a.User == "" {
+			continue
+		}
 		if !identRE.MatchString(acc.a.User) {
 			errs = append(errs, fmt.Errorf("%s user %q is not a plain identifier", acc.role, acc.a.User))
 		}
 		if acc.a.User == "default" {
 			errs = append(errs, fmt.Errorf("%s user must not be the default user", acc.role))
 		}
-		if acc.a.User == DetectorRole || acc.a.User == ConsumerRole {
+		if acc.a.User == DetectorRole || acc.a.User == ConsumerRole || acc.a.User == ConsoleRole {
 			errs = append(errs, fmt.Errorf("%s user must not be named like a role (%s)", acc.role, acc.a.User))
 		}
 		if acc.a.Password == "" {
@@ -85,6 +102,9 @@ func (a Access) Validate() error {
 	}
 	if a.Detector.User == a.Consumer.User {
 		errs = append(errs, fmt.Errorf("detector and consumer must be different users, both are %q", a.Detector.User))
+	}
+	if a.Console.User != "" && (a.Console.User == a.Detector.User || a.Console.User == a.Consumer.User) {
+		errs = append(errs, fmt.Errorf("the console's user %q must differ from the detector's and the consumer's", a.Console.User))
 	}
 	for _, n := range a.Networks {
 		if n == "" || strings.ContainsAny(n, "<>&'\"") {
@@ -108,7 +128,52 @@ func (a Access) RoleGrants() map[string][]string {
 	for _, t := range ConsumerInsertTables {
 		consumer = append(consumer, "GRANT INSERT ON "+db+".`"+t+"`")
 	}
-	return map[string][]string{DetectorRole: detector, ConsumerRole: consumer}
+	out := map[string][]string{DetectorRole: detector, ConsumerRole: consumer}
+	if a.Console.User != "" {
+		console := []string{"GRANT SELECT ON " + db + ".*"}
+		if !a.ConsoleContent {
+			for _, t := range sortedKeys(ContentColumns) {
+				console = append(console, "REVOKE SELECT("+strings.Join(ContentColumns[t], ", ")+") ON "+db+".`"+t+"`")
+			}
+		}
+		out[ConsoleRole] = console
+	}
+	return out
+}
+
+// roles are the roles a defines, in order.
+func (a Access) roles() []string {
+	if a.Console.User != "" {
+		return []string{DetectorRole, ConsumerRole, ConsoleRole}
+	}
+	return []string{DetectorRole, ConsumerRole}
+}
+
+// accounts are a's accounts with their roles, in order.
+func (a Access) accounts() []struct {
+	acc  Account
+	role string
+} {
+	out := []struct {
+		acc  Account
+		role string
+	}{{a.Detector, DetectorRole}, {a.Consumer, ConsumerRole}}
+	if a.Console.User != "" {
+		out = append(out, struct {
+			acc  Account
+			role string
+		}{a.Console, ConsoleRole})
+	}
+	return out
+}
+
+func sortedKeys(m map[string][]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // SQL returns the statements that create or update the roles and accounts on a ClickHouse server
@@ -122,16 +187,21 @@ func (a Access) SQL() ([]string, error) {
 	}
 	grants := a.RoleGrants()
 	var out []string
-	for _, role := range []string{DetectorRole, ConsumerRole} {
+	for _, role := range a.roles() {
 		out = append(out, "CREATE ROLE IF NOT EXISTS "+role)
+		if role == ConsoleRole {
+			// Start from nothing, so that turning ConsoleContent off takes the content back.
+			out = append(out, "REVOKE ALL ON *.* FROM "+role)
+		}
 		for _, g := range grants[role] {
-			out = append(out, g+" TO "+role)
+			if strings.HasPrefix(g, "REVOKE ") {
+				out = append(out, g+" FROM "+role)
+			} else {
+				out = append(out, g+" TO "+role)
+			}
 		}
 	}
-	for _, u := range []struct {
-		acc  Account
-		role string
-	}{{a.Detector, DetectorRole}, {a.Consumer, ConsumerRole}} {
+	for _, u := range a.accounts() {
 		ident := "IDENTIFIED WITH sha256_hash BY '" + passwordSHA256(u.acc.Password) + "'"
 		out = append(out,
 			"CREATE USER IF NOT EXISTS "+u.acc.User+" "+ident+" DEFAULT DATABASE `"+a.Database+"`",
@@ -143,7 +213,7 @@ func (a Access) SQL() ([]string, error) {
 	return out, nil
 }
 
-// UsersXML returns a ClickHouse users configuration file defining the two roles and accounts, for
+// UsersXML returns a ClickHouse users configuration file defining the roles and accounts, for
 // servers whose users come from files: drop it into /etc/clickhouse-server/users.d/ (mode 0600,
 // owned by the server's user). Passwords are stored as password_sha256_hex.
 func (a Access) UsersXML() ([]byte, error) {
@@ -163,7 +233,7 @@ func (a Access) usersXMLBody(extraUsers string) (string, error) {
 	grants := a.RoleGrants()
 	var b strings.Builder
 	b.WriteString("  <roles>\n")
-	for _, role := range []string{DetectorRole, ConsumerRole} {
+	for _, role := range a.roles() {
 		fmt.Fprintf(&b, "    <%s>\n      <grants>\n", role)
 		for _, g := range grants[role] {
 			fmt.Fprintf(&b, "        <query>%s</query>\n", xmlText(g))
@@ -176,10 +246,7 @@ func (a Access) usersXMLBody(extraUsers string) (string, error) {
 	if len(networks) == 0 {
 		networks = []string{"::/0"}
 	}
-	for _, u := range []struct {
-		acc  Account
-		role string
-	}{{a.Detector, DetectorRole}, {a.Consumer, ConsumerRole}} {
+	for _, u := range a.accounts() {
 		fmt.Fprintf(&b, "    <%s>\n", u.acc.User)
 		fmt.Fprintf(&b, "      <password_sha256_hex>%s</password_sha256_hex>\n", passwordSHA256(u.acc.Password))
 		b.WriteString("      <networks>\n")

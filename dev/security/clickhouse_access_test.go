@@ -12,10 +12,14 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	consolepanels "github.com/servescope/servescope/deploy/console"
+	builtin "github.com/servescope/servescope/deploy/detector"
 	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
+	"github.com/servescope/servescope/internal/panels"
 	"github.com/servescope/servescope/services/consumer/sink"
+	"github.com/servescope/servescope/services/detector/rules"
 )
 
 // ClickHouse error codes the tests expect (ErrorCodes.cpp).
@@ -48,6 +52,7 @@ func testAccess(t testing.TB) Access {
 		Database: "servescope_access",
 		Detector: Account{User: "servescope_detector", Password: randomSecret(t, "det-")},
 		Consumer: Account{User: "servescope_consumer", Password: randomSecret(t, "con-")},
+		Console:  Account{User: "servescope_console", Password: randomSecret(t, "cons-")},
 	}
 }
 
@@ -112,6 +117,7 @@ func TestClickHouseLeastPrivilege(t *testing.T) {
 	root := open(t, admin)
 	consumer := open(t, as(admin, a.Consumer))
 	detector := open(t, as(admin, a.Detector))
+	console := open(t, as(admin, a.Console))
 
 	t.Run("consumer", func(t *testing.T) {
 		// The consumer's own start-up check reads system.columns: it must see every table it writes.
@@ -175,6 +181,64 @@ func TestClickHouseLeastPrivilege(t *testing.T) {
 		}
 	})
 
+	t.Run("console", func(t *testing.T) {
+		for _, q := range []string{
+			"SELECT count() FROM requests",
+			"SELECT countIf(status_code >= 500 AND ttft_s > 1) FROM requests",
+			"SELECT count() FROM request_facts",
+			"SELECT count() FROM engine_samples", "SELECT count() FROM engine_logs",
+			"SELECT count() FROM app_records", "SELECT count() FROM alerts",
+		} {
+			var n uint64
+			if err := console.QueryRow(ctx, q).Scan(&n); err != nil {
+				t.Errorf("%s as console: %v", q, err)
+			}
+		}
+		// Every query of the console's panels runs on the read-only account.
+		defs, err := rules.Load(builtin.Rules, builtin.RulesDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := panels.Load(consolepanels.Panels, consolepanels.PanelsDir, defs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := panels.Request{From: time.Now().Add(-time.Hour), To: time.Now(), Step: time.Minute}
+		for _, p := range ps {
+			for _, k := range []panels.Kind{panels.SeriesQuery, panels.BaselineQuery, panels.MarksQuery} {
+				q, err := p.SQL(k, panels.Console)
+				if err != nil || q == "" {
+					continue
+				}
+				rows, err := console.Query(chstore.WithParams(ctx, p.Params(req)), q)
+				if err != nil {
+					t.Errorf("panel %s %s query as console: %v", p.Name, k, err)
+					continue
+				}
+				rows.Close()
+			}
+		}
+		// Captured prompt and output text stay out of its reach unless ConsoleContent says so.
+		for _, col := range ContentColumns["requests"] {
+			var s string
+			wantCode(t, "SELECT "+col+" as console", console.QueryRow(ctx, "SELECT "+col+" FROM requests LIMIT 1").Scan(&s), codeAccessDenied)
+		}
+		before := count(t, root, "requests")
+		for _, stmt := range []string{
+			"INSERT INTO requests (event_id) VALUES ('forged')",
+			"INSERT INTO alerts (rule) VALUES ('forged')",
+			"DROP TABLE requests",
+			"TRUNCATE TABLE alerts",
+			"ALTER TABLE requests DELETE WHERE 1",
+			"CREATE TABLE evil (x UInt8) ENGINE = Memory",
+		} {
+			wantCode(t, stmt+" as console", console.Exec(ctx, stmt), codeAccessDenied)
+		}
+		if after := count(t, root, "requests"); after != before {
+			t.Fatalf("requests went from %d to %d rows through refused statements", before, after)
+		}
+	})
+
 	t.Run("wrong or missing password", func(t *testing.T) {
 		before := count(t, root, "requests")
 		for _, tc := range []struct {
@@ -225,7 +289,7 @@ func TestAccessSQL(t *testing.T) {
 	ctx := context.Background()
 	var roles, users int
 	for _, s := range stmts {
-		if strings.Contains(s, a.Detector.Password) || strings.Contains(s, a.Consumer.Password) {
+		if strings.Contains(s, a.Detector.Password) || strings.Contains(s, a.Consumer.Password) || strings.Contains(s, a.Console.Password) {
 			t.Fatalf("statement shows a password: %s", s)
 		}
 		if strings.HasPrefix(s, "CREATE ROLE") {
@@ -240,8 +304,8 @@ func TestAccessSQL(t *testing.T) {
 		}
 		rows.Close()
 	}
-	if roles != 2 || users != 2 {
-		t.Fatalf("%d CREATE ROLE and %d CREATE USER statements, want 2 and 2:\n%s", roles, users, strings.Join(stmts, "\n"))
+	if roles != 3 || users != 3 {
+		t.Fatalf("%d CREATE ROLE and %d CREATE USER statements, want 3 and 3:\n%s", roles, users, strings.Join(stmts, "\n"))
 	}
 }
 
@@ -260,6 +324,9 @@ func TestAccessValidate(t *testing.T) {
 		{"same user", func(a *Access) { a.Consumer.User = a.Detector.User }, "different users"},
 		{"user named like a role", func(a *Access) { a.Detector.User = DetectorRole }, "named like a role"},
 		{"network markup", func(a *Access) { a.Networks = []string{"</ip>"} }, "network"},
+		{"no console", func(a *Access) { a.Console = Account{} }, ""},
+		{"console without password", func(a *Access) { a.Console.Password = "" }, "console user servescope_console has no password"},
+		{"console is the detector", func(a *Access) { a.Console.User = a.Detector.User }, "console's user"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

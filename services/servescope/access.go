@@ -19,6 +19,12 @@ type accessSettings struct {
 	ConsumerUser         string `env:"SERVESCOPE_CONSUMER_CLICKHOUSE_USER" envDefault:"servescope_consumer"`
 	ConsumerPassword     string `env:"SERVESCOPE_CONSUMER_CLICKHOUSE_PASSWORD"`
 	ConsumerPasswordFile string `env:"SERVESCOPE_CONSUMER_CLICKHOUSE_PASSWORD_FILE,file"`
+	// The console's read-only account is made only when its password is set. ConsoleContent lets
+	// it read captured prompt and output text (set it with CONSOLE_SHOW_CONTENT).
+	ConsoleUser         string `env:"SERVESCOPE_CONSOLE_CLICKHOUSE_USER" envDefault:"servescope_console"`
+	ConsolePassword     string `env:"SERVESCOPE_CONSOLE_CLICKHOUSE_PASSWORD"`
+	ConsolePasswordFile string `env:"SERVESCOPE_CONSOLE_CLICKHOUSE_PASSWORD_FILE,file"`
+	ConsoleContent      bool   `env:"SERVESCOPE_CONSOLE_CLICKHOUSE_CONTENT"`
 	// Networks limits where the accounts may log in from (users.xml only), comma-separated.
 	Networks   []string `env:"SERVESCOPE_ACCESS_NETWORKS" envSeparator:","`
 	ClickHouse config.ClickHouse
@@ -37,16 +43,20 @@ func (s accessSettings) access() (security.Access, error) {
 		Consumer: security.Account{User: s.ConsumerUser, Password: pick(s.ConsumerPassword, s.ConsumerPasswordFile)},
 		Networks: s.Networks,
 	}
+	if p := pick(s.ConsolePassword, s.ConsolePasswordFile); p != "" {
+		a.Console = security.Account{User: s.ConsoleUser, Password: p}
+		a.ConsoleContent = s.ConsoleContent
+	}
 	return a, a.Validate()
 }
 
 // newAccessCmd creates the detector's read-only and the consumer's insert-only ClickHouse
-// accounts. They are not a migration: roles and users are server-wide and need passwords, which
+// accounts, and the console's read-only one when its password is set. They are not a migration: roles and users are server-wide and need passwords, which
 // have no place in a migration file.
 func newAccessCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "access",
-		Short: "Least-privilege ClickHouse accounts for the detector (read-only) and the consumer (insert-only)",
+		Short: "Least-privilege ClickHouse accounts for the detector (read-only), the consumer (insert-only) and the console (read-only)",
 	}
 	load := func() (accessSettings, security.Access, error) {
 		s, err := config.Load[accessSettings]()
@@ -58,7 +68,7 @@ func newAccessCmd() *cobra.Command {
 	}
 	usersXML := &cobra.Command{
 		Use:   "users-xml",
-		Short: "Print a users.d XML file defining both roles and accounts (passwords as SHA-256)",
+		Short: "Print a users.d XML file defining the roles and accounts (passwords as SHA-256)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, a, err := load()
@@ -98,6 +108,9 @@ func newAccessCmd() *cobra.Command {
 				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "accounts %s (read-only) and %s (insert-only) ready on database %s\n", a.Detector.User, a.Consumer.User, a.Database)
+			if a.Console.User != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "account %s (read-only, the console's) ready on database %s\n", a.Console.User, a.Database)
+			}
 			return nil
 		},
 	}

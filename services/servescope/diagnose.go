@@ -10,7 +10,7 @@ import (
 
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
-	"github.com/servescope/servescope/services/servescope/diagnose"
+	"github.com/servescope/servescope/internal/diagnose"
 )
 
 func newDiagnoseCmd() *cobra.Command {

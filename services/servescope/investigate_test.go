@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/servescope/servescope/dev/testenv"
-	"github.com/servescope/servescope/services/servescope/postmortem"
+	"github.com/servescope/servescope/internal/postmortem"
 )
 
-const crashLog = "postmortem/testdata/v0_10_type_one.log"
+const crashLog = "../../internal/postmortem/testdata/v0_10_type_one.log"
 
 // run executes the CLI with args and returns its output and exit code as main would set them,
 // and what it printed on standard error as an error (nil when it printed nothing).

@@ -11,9 +11,9 @@ import (
 
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
+	"github.com/servescope/servescope/internal/diagnose"
+	"github.com/servescope/servescope/internal/postmortem"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/servescope/diagnose"
-	"github.com/servescope/servescope/services/servescope/postmortem"
 )
 
 func newPostmortemCmd() *cobra.Command {

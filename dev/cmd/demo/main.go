@@ -5,7 +5,7 @@
 //	                otherwise keep the stack up until Ctrl-C
 //	demo down       stop a demo stack left running (pid files under .cache/demo/pids)
 //
-// Environment: SERVESCOPE_DEMO_PORT_BASE (first of nine ports, default 19600),
+// Environment: SERVESCOPE_DEMO_PORT_BASE (first of ten ports, default 19600),
 // SERVESCOPE_DEMO_DATABASE (servescope_demo), SERVESCOPE_DEMO_PREFIX (servescope_demo),
 // SERVESCOPE_DEMO_KEEP_DEV_SERVICES (non-empty: never stop the dev services), and the
 // dev services' SERVESCOPE_DEV_* ports. The repository root is the working directory.

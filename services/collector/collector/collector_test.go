@@ -94,7 +94,7 @@ func TestCollectorEndToEnd(t *testing.T) {
 		_, _ = w.Write(metrics)
 	}))
 	defer engine.Close()
-	crashLog, err := os.ReadFile("../vllmlog/testdata/v0_10_crash.log")
+	crashLog, err := os.ReadFile("../../../internal/vllmlog/testdata/v0_10_crash.log")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestLogLinesSurviveNATSOutage(t *testing.T) {
 	defer pub.Close(context.Background())
 
 	srv.Stop()
-	crashLog, err := os.ReadFile("../vllmlog/testdata/v0_10_crash.log")
+	crashLog, err := os.ReadFile("../../../internal/vllmlog/testdata/v0_10_crash.log")
 	if err != nil {
 		t.Fatal(err)
 	}

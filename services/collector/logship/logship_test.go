@@ -50,7 +50,7 @@ var clock = func() time.Time { return time.Date(2025, 9, 12, 0, 0, 0, 0, time.UT
 // TestCrashLogStream ships a vLLM 0.10 crash log (docs/measurements.md, The crash) from a stream
 // and checks what an operator reads from engine_logs after the engine is gone.
 func TestCrashLogStream(t *testing.T) {
-	raw, err := os.ReadFile("../vllmlog/testdata/v0_10_crash.log")
+	raw, err := os.ReadFile("../../../internal/vllmlog/testdata/v0_10_crash.log")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestStateSurvivesTornFile(t *testing.T) {
 }
 
 func FuzzStream(f *testing.F) {
-	raw, err := os.ReadFile("../vllmlog/testdata/v0_10_crash.log")
+	raw, err := os.ReadFile("../../../internal/vllmlog/testdata/v0_10_crash.log")
 	if err != nil {
 		f.Fatal(err)
 	}

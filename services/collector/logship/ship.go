@@ -19,8 +19,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/servescope/servescope/internal/vllmlog"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/collector/vllmlog"
 )
 
 // Publisher takes events for delivery; schema/publish's Publisher is one.

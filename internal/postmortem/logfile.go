@@ -6,8 +6,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/servescope/servescope/internal/vllmlog"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/collector/vllmlog"
 )
 
 // maxLineBytes bounds one log line; vLLM's longest lines (start-up config dumps) are a few KiB.

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servescope/servescope/internal/postmortem"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/servescope/postmortem"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")

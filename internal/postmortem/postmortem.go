@@ -20,8 +20,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/servescope/servescope/internal/vllmlog"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/collector/vllmlog"
 )
 
 // Verdicts.

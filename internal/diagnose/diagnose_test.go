@@ -16,7 +16,7 @@ import (
 
 	"github.com/servescope/servescope/dev/testclock"
 	"github.com/servescope/servescope/dev/testenv"
-	"github.com/servescope/servescope/services/servescope/diagnose"
+	"github.com/servescope/servescope/internal/diagnose"
 )
 
 // scenario is one column of docs/measurements.md's Four workloads table: per-request averages and

@@ -12,8 +12,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/postmortem"
 	"github.com/servescope/servescope/schema"
-	"github.com/servescope/servescope/services/servescope/postmortem"
 	"github.com/servescope/servescope/sim/vllmsim/engine"
 	simlog "github.com/servescope/servescope/sim/vllmsim/vllmlog"
 	"github.com/servescope/servescope/sim/vllmsim/vllmversion"

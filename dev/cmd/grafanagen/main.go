@@ -1,0 +1,36 @@
+// Command grafanagen writes the Grafana dashboard of the console's panels
+// (deploy/grafana/dashboards/servescope.json) from deploy/console/panels. Run it from the
+// repository root after changing a panel file: go run ./dev/cmd/grafanagen
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/servescope/servescope/dev/grafanagen"
+)
+
+func main() {
+	out := flag.String("out", grafanagen.Path, "the dashboard file to write")
+	flag.Parse()
+	if err := run(*out); err != nil {
+		fmt.Fprintln(os.Stderr, "grafanagen:", err)
+		os.Exit(1)
+	}
+}
+
+func run(out string) error {
+	b, err := grafanagen.Generate()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return fmt.Errorf("create the directory of %s: %w", out, err)
+	}
+	if err := os.WriteFile(out, b, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", out, err)
+	}
+	return nil
+}

@@ -1,0 +1,404 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/servescope/servescope/dev/servers"
+	"github.com/servescope/servescope/dev/testclock"
+	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/config"
+)
+
+// chromiumPath is Debian's chromium, which scripts/dev-services installs.
+const chromiumPath = "/usr/bin/chromium"
+
+// browser is a headless Chromium for the test; errs collects every JavaScript exception, console
+// error and browser log error (a CSP refusal, an asset that failed to load).
+type browser struct {
+	ctx  context.Context
+	mu   sync.Mutex
+	errs []string
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		testenv.Unavailable(t, "chromium: %v (scripts/dev-services up installs Debian's chromium)", err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.WindowSize(1500, 1000),
+	}
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	ctx, cancel2 := chromedp.NewContext(actx)
+	t.Cleanup(cancel2)
+	b := &browser{ctx: ctx}
+	if err := chromedp.Do(ctx); err != nil {
+		testenv.Unavailable(t, "start chromium: %v", err)
+	}
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() {
+				b.mu.Lock()
+				b.errs = append(b.errs, m.String()+" "+m.URL)
+				b.mu.Unlock()
+			}
+		}
+	}()
+	return b
+}
+
+// errors returns and forgets the errors seen so far, leaving out those containing an allowed text.
+func (b *browser) errors(allow ...string) []string {
+	time.Sleep(200 * time.Millisecond) // the console events of the last page arrive after it
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, e := range b.errs {
+		ok := false
+		for _, a := range allow {
+			ok = ok || strings.Contains(e, a)
+		}
+		if !ok {
+			out = append(out, e)
+		}
+	}
+	b.errs = nil
+	return out
+}
+
+func (b *browser) do(t *testing.T, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 3*time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eval runs a JavaScript expression on the page and returns its value.
+func eval[T any](t *testing.T, b *browser, expr string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// screenshotDir is where the screenshots go: .cache/console-screenshots at the repository root.
+func screenshotDir(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := servers.RepoCacheDir(wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(cache, "console-screenshots")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func (b *browser) shot(t *testing.T, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	// Quality below 100 makes Chromium encode a JPEG.
+	jpg, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(screenshotDir(t), name+".jpg")
+	if err := os.WriteFile(p, jpg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", p)
+}
+
+// waitLoaded waits until the page's script has drawn every panel (body[data-loaded]).
+func waitLoaded() chromedp.Action[chromedp.Void] {
+	return chromedp.WaitReady(`body[data-loaded="1"]`)
+}
+
+const testToken = "console-test-token-3f9a"
+
+func startConsole(t *testing.T, ch config.ClickHouse, now time.Time, mutate func(*Config)) (*Server, *httptest.Server) {
+	t.Helper()
+	cfg := Config{ClickHouse: ch, ListenAddr: "127.0.0.1:0", Auth: AuthToken, Token: testToken, QueryTimeout: time.Minute}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.now = func() time.Time { return now }
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { srv.Close(); s.Close() })
+	return s, srv
+}
+
+// TestConsoleInBrowser drives the console in a real headless Chromium against real ClickHouse
+// holding demo-shaped data: every panel draws a non-empty series and its baseline with no
+// JavaScript error, the rule badges say what the alerts table says, the filters change what the
+// queries return (bound parameters, a hostile value included), the complaint pages show
+// diagnose's branches, the crash page postmortem's reading, and the alerts page the timeline.
+func TestConsoleInBrowser(t *testing.T) {
+	conn, ch := testenv.ClickHouse(t)
+	// The normal day follows the time of day: the instant comes from testclock (pinned by scripts/test).
+	now := testclock.EvalTime(t, 0)
+	data := seed(t, conn, now)
+	_, srv := startConsole(t, ch, now, nil)
+	b := newBrowser(t)
+
+	// Logging in through the #token= link sets the session cookie; nothing else gets in.
+	resp, err := http.Get(srv.URL + "/api/panel/ttft")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("API without a token: %s, want 401", resp.Status)
+	}
+	b.do(t, chromedp.Navigate(srv.URL+"/login?next="+url.QueryEscape("/?range=1h")+"#token="+testToken), waitLoaded())
+
+	t.Run("dashboard", func(t *testing.T) {
+		panels := eval[[]map[string]string](t, b, `Array.from(document.querySelectorAll('[data-panel]')).map(p => ({
+			name: p.dataset.panel, points: p.dataset.points || '', baselines: p.dataset.baselines || '',
+			badge: (p.querySelector('[data-badge]').dataset.state || ''), action: p.querySelector('.action').innerText,
+			canvas: String(p.querySelectorAll('canvas').length)}))`)
+		if len(panels) != 12 {
+			t.Fatalf("%d panels drawn, want 12: %v", len(panels), panels)
+		}
+		for _, p := range panels {
+			if p["points"] == "" || p["points"] == "0" {
+				t.Errorf("panel %s drew no series point", p["name"])
+			}
+			if p["baselines"] == "" || p["baselines"] == "0" {
+				t.Errorf("panel %s drew no baseline", p["name"])
+			}
+			if p["canvas"] == "0" {
+				t.Errorf("panel %s has no chart", p["name"])
+			}
+			if len(p["action"]) < 20 {
+				t.Errorf("panel %s shows no action text", p["name"])
+			}
+		}
+		// The badges say what the alerts table says at the range's end.
+		want := map[string]string{}
+		for _, name := range []string{"ttft", "tpot", "queue", "retrieval", "kv"} {
+			var st string
+			q := fmt.Sprintf(`SELECT if(countIf(st = 'firing') > 0, 'firing', if(countIf(st = 'pending') > 0, 'pending', 'ok')) FROM (
+				SELECT rule, fingerprint, argMax(state, ts) AS st, argMax(labels, ts) AS l FROM alerts GROUP BY rule, fingerprint)
+				WHERE %s`, map[string]string{
+				"ttft":      "rule = 'latency_p95' AND l['metric'] = 'ttft_s'",
+				"tpot":      "rule = 'latency_p95' AND l['metric'] = 'tpot_s'",
+				"queue":     "rule = 'overload_queue'",
+				"retrieval": "rule IN ('retrieval_score_drift', 'retrieval_version_change')",
+				"kv":        "rule = 'kv_cache_pressure'",
+			}[name])
+			if err := conn.QueryRow(context.Background(), q).Scan(&st); err != nil {
+				t.Fatal(err)
+			}
+			want[name] = st
+		}
+		if want["ttft"] != "firing" || want["retrieval"] != "pending" || want["queue"] != "ok" {
+			t.Fatalf("seeded alerts read back as %v", want)
+		}
+		for _, p := range panels {
+			if w, ok := want[p["name"]]; ok && p["badge"] != w {
+				t.Errorf("panel %s badge %q, the alerts table says %q", p["name"], p["badge"], w)
+			}
+		}
+		if errs := b.errors(); len(errs) > 0 {
+			t.Errorf("browser errors on the dashboard:\n%s", strings.Join(errs, "\n"))
+		}
+		b.shot(t, "dashboard")
+	})
+
+	t.Run("filters", func(t *testing.T) {
+		points := func(q string) map[string]string {
+			b.do(t, chromedp.Navigate(srv.URL+"/?"+q), waitLoaded())
+			return eval[map[string]string](t, b, `Object.fromEntries(Array.from(document.querySelectorAll('[data-panel]')).map(p => [p.dataset.panel, p.dataset.points || '']))`)
+		}
+		all := points("range=1h")
+		other := points("range=1h&model=" + url.QueryEscape(data.otherModel))
+		hostile := points("range=1h&model=" + url.QueryEscape("x' OR 1=1 --"))
+		for _, name := range []string{"ttft", "e2e", "errors", "wrong_script"} {
+			if all[name] == other[name] {
+				t.Errorf("panel %s: %s points for every model and for %s: the model filter changed nothing", name, all[name], data.otherModel)
+			}
+			if hostile[name] != "0" {
+				t.Errorf("panel %s: %s points for a model named x' OR 1=1 --: the filter is not a bound parameter", name, hostile[name])
+			}
+		}
+		// The filter is in the URL: a shared link opens the same view.
+		b.do(t, chromedp.Navigate(srv.URL+"/?range=6h&model="+url.QueryEscape(data.model)), waitLoaded())
+		model := eval[string](t, b, `document.getElementById('f-model').value`)
+		if model != data.model {
+			t.Errorf("model filter box holds %q after opening a shared URL, want %q", model, data.model)
+		}
+		if errs := b.errors(); len(errs) > 0 {
+			t.Errorf("browser errors while filtering:\n%s", strings.Join(errs, "\n"))
+		}
+	})
+
+	t.Run("complaints", func(t *testing.T) {
+		for _, c := range Complaints {
+			q := "range=1h"
+			switch c.ID {
+			case "first-word", "hangs":
+				q = "from=" + data.overloadFrom.Format(time.RFC3339) + "&to=" + data.overloadTo.Format(time.RFC3339)
+			case "mixed-language":
+				// The window the user complains about: the wrong-script answers, not the whole hour
+				// where they are 8 among a thousand.
+				q = "from=" + data.now.Add(-20*time.Minute).Format(time.RFC3339) + "&to=" + data.now.Add(-10*time.Minute).Format(time.RFC3339)
+			}
+			b.do(t, chromedp.Navigate(srv.URL+"/complaint/"+c.ID+"?"+q), waitLoaded())
+			branches := eval[[]map[string]string](t, b, `Array.from(document.querySelectorAll('#focus [data-branch]')).map(e => ({id: e.dataset.branch, status: e.dataset.status}))`)
+			if len(branches) != len(c.Branches) {
+				t.Errorf("complaint %s shows %d of diagnose's branches, want %d (%v)", c.ID, len(branches), len(c.Branches), c.Branches)
+			}
+			for i, br := range branches {
+				if i < len(c.Branches) && br["id"] != c.Branches[i] {
+					t.Errorf("complaint %s: branch %d is %s, want %s", c.ID, i, br["id"], c.Branches[i])
+				}
+			}
+			wantFinding := map[string]string{"first-word": "queue_overload", "hangs": "queue_overload", "off-topic": "retrieval_drift",
+				"mixed-language": "wrong_language", "server-500": "engine_crash"}[c.ID]
+			if wantFinding != "" {
+				found := false
+				for _, br := range branches {
+					found = found || (br["id"] == wantFinding && br["status"] == "finding")
+				}
+				if !found {
+					t.Errorf("complaint %s: branch %s is not a finding: %v", c.ID, wantFinding, branches)
+				}
+			}
+			if c.ID == "first-word" || c.ID == "off-topic" {
+				b.shot(t, "complaint-"+c.ID)
+			}
+		}
+		if errs := b.errors(); len(errs) > 0 {
+			t.Errorf("browser errors on the complaint pages:\n%s", strings.Join(errs, "\n"))
+		}
+	})
+
+	t.Run("crash", func(t *testing.T) {
+		b.do(t, chromedp.Navigate(srv.URL+"/crash?range=1h"), waitLoaded())
+		verdict := eval[string](t, b, `(document.querySelector('#verdict h2') || {}).innerText || ''`)
+		arithmetic := eval[string](t, b, `(document.querySelector('#arithmetic') || {}).innerText || ''`)
+		if !strings.Contains(verdict, "type one") || !strings.Contains(arithmetic, "193 running") || !strings.Contains(arithmetic, "112.00 MiB") {
+			t.Errorf("crash page: verdict %q, arithmetic %q", verdict, arithmetic)
+		}
+		b.shot(t, "crash")
+	})
+
+	t.Run("alerts", func(t *testing.T) {
+		b.do(t, chromedp.Navigate(srv.URL+"/alerts?range=1h"), waitLoaded())
+		rows := eval[int](t, b, `document.querySelectorAll('#alert-history tbody tr').length`)
+		active := eval[int](t, b, `document.querySelectorAll('#active-alerts tbody tr').length`)
+		firing := eval[[]string](t, b, `Array.from(document.querySelectorAll('#active-alerts tr[data-state=firing]')).map(r => r.dataset.rule)`)
+		if rows != 6 || active != 2 || len(firing) != 1 || firing[0] != data.firingRule {
+			t.Errorf("alerts page: %d state changes (want 6), %d active (want 2), firing %v (want [%s])", rows, active, firing, data.firingRule)
+		}
+		b.shot(t, "alerts")
+		if errs := b.errors(); len(errs) > 0 {
+			t.Errorf("browser errors on the alerts and crash pages:\n%s", strings.Join(errs, "\n"))
+		}
+	})
+}
+
+// TestConsoleClickHouseOutage checks that a console whose ClickHouse does not answer shows a
+// clear banner on every page instead of a blank one, and recovers nothing it did not read.
+func TestConsoleClickHouseOutage(t *testing.T) {
+	ln := httptest.NewServer(http.NotFoundHandler())
+	dead := strings.TrimPrefix(ln.URL, "http://")
+	ln.Close() // a port nothing listens on any more
+	ch := config.ClickHouse{Addr: []string{dead}, Database: "servescope", User: "default", DialTimeout: 2 * time.Second}
+	_, srv := startConsole(t, ch, time.Now().UTC(), nil)
+	b := newBrowser(t)
+	b.do(t, chromedp.Navigate(srv.URL+"/login#token="+testToken), waitLoaded(), chromedp.WaitVisible("#banner"))
+	banner := eval[string](t, b, `document.getElementById('banner').innerText`)
+	hidden := eval[bool](t, b, `document.getElementById('banner').hidden`)
+	if hidden || !strings.Contains(banner, "ClickHouse at "+dead+" is not answering") {
+		t.Errorf("dashboard banner %q (hidden %v), want it to name ClickHouse at %s", banner, hidden, dead)
+	}
+	b.shot(t, "outage-dashboard")
+	for _, page := range []string{"/alerts", "/complaint/first-word", "/crash"} {
+		b.do(t, chromedp.Navigate(srv.URL+page), waitLoaded())
+		banner = eval[string](t, b, `document.getElementById('banner').innerText`)
+		if !strings.Contains(banner, "is not answering") {
+			t.Errorf("%s: banner %q", page, banner)
+		}
+	}
+	// The failed panel requests (503) are the only errors the browser reports.
+	if errs := b.errors("503", "Service Unavailable"); len(errs) > 0 {
+		t.Errorf("browser errors during the outage:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestPanelAPI checks the JSON the page draws from, without a browser: bearer authentication,
+// aligned series, and the baseline at the range's two ends.
+func TestPanelAPI(t *testing.T) {
+	conn, ch := testenv.ClickHouse(t)
+	// The normal day follows the time of day: the instant comes from testclock (pinned by scripts/test).
+	now := testclock.EvalTime(t, 0)
+	seed(t, conn, now)
+	_, srv := startConsole(t, ch, now, nil)
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/panel/ttft?range=1h", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var d PanelData
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || d.Points == 0 || len(d.Lines) != 4 {
+		t.Fatalf("status %d, %d points, lines %+v", resp.StatusCode, d.Points, d.Lines)
+	}
+	for _, l := range d.Lines {
+		if len(l.Values) != len(d.T) {
+			t.Fatalf("line %s has %d values for %d timestamps", l.Label, len(l.Values), len(d.T))
+		}
+		if l.Kind != "series" && (l.Values[0] == nil || l.Values[len(l.Values)-1] == nil) {
+			t.Errorf("%s %q is not drawn at both ends of the range", l.Kind, l.Label)
+		}
+	}
+	if d.T[0] != d.From || d.T[len(d.T)-1] != d.To {
+		t.Errorf("timestamps run %d..%d, want the range %d..%d", d.T[0], d.T[len(d.T)-1], d.From, d.To)
+	}
+}

@@ -1,0 +1,380 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"math"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/servescope/servescope/internal/diagnose"
+	"github.com/servescope/servescope/internal/postmortem"
+	"github.com/servescope/servescope/services/console/web"
+)
+
+// Complaint is one row of reference §4: what users say, where to look first, and which of
+// diagnose's branches and which panels answer it.
+type Complaint struct {
+	ID, Says, LookAt, Hypothesis string
+	Branches                     []string
+	Panels                       []string
+	// SlowBy orders the slowest-requests table (a latency column), "" for none.
+	SlowBy string
+}
+
+// Complaints are reference §4's rows in its order.
+var Complaints = []Complaint{
+	{"first-word", "It takes ages for the first word to appear", "Queue wait, then input tokens",
+		"Overload → limit load or add machines (lesson 07). Long prompt → shorten it, prefix cache (lesson 09)",
+		[]string{diagnose.BranchQueueOverload, diagnose.BranchLongPrompt}, []string{"ttft", "queue", "phases"}, "ttft_s"},
+	{"slow-text", "The text appears slowly", "Between two tokens, running count",
+		"Batch too large (lesson 05)",
+		[]string{diagnose.BranchGenerationContention}, []string{"tpot", "running"}, "tpot_s"},
+	{"answers-long", "Answers take long, but text appears immediately", "Output tokens, stop reason",
+		"Long answers - check max_tokens and the prompt",
+		[]string{diagnose.BranchLongOutput, diagnose.BranchGenerationContention}, []string{"e2e", "phases"}, "e2e_s"},
+	{"hangs", "It hangs when lots of people use it", "Waiting, queue wait over time",
+		"Capacity exceeded (lesson 07)",
+		[]string{diagnose.BranchQueueOverload}, []string{"queue", "unfinished", "running"}, "queue_s"},
+	{"server-500", "The server threw 500 and then vanished", "Log: running, KV, bytes requested",
+		"Type one memory limit (lesson 04): read the crash page",
+		[]string{diagnose.BranchEngineCrash}, []string{"errors", "running", "kv"}, ""},
+	{"off-topic", "Off-topic answers, no errors", "Top passage retrieval score",
+		"Retrieval pipeline, index, corpus or question distribution changed or incompatible (lesson 10)",
+		[]string{diagnose.BranchRetrieval}, []string{"retrieval"}, ""},
+	{"mixed-language", "Answers mixed with Chinese", "Characters outside the alphabet",
+		"Output content error - check the model, prompt, decoding and add a dedicated rule (lesson 12)",
+		[]string{diagnose.BranchWrongLanguage}, []string{"wrong_script", "citations"}, ""},
+}
+
+type pages struct {
+	t map[string]*template.Template
+}
+
+var funcs = template.FuncMap{
+	"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") },
+	"stampp": func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return t.UTC().Format("01-02 15:04:05")
+	},
+	"num": func(v *float64) string {
+		if v == nil || math.IsNaN(*v) {
+			return "-"
+		}
+		return strconv.FormatFloat(*v, 'g', 4, 64)
+	},
+	"secs": func(v *float64) string {
+		if v == nil {
+			return "-"
+		}
+		return strconv.FormatFloat(*v, 'f', 3, 64)
+	},
+	"u32": func(v *uint32) string {
+		if v == nil {
+			return "-"
+		}
+		return strconv.FormatUint(uint64(*v), 10)
+	},
+	"kvpct": func(v *float64) string {
+		if v == nil {
+			return "-"
+		}
+		return strconv.FormatFloat(*v*100, 'f', 1, 64) + "%"
+	},
+	"bytes": func(v *uint64) string {
+		if v == nil {
+			return "-"
+		}
+		return postmortem.FormatSize(int64(*v))
+	},
+	"labels": func(m map[string]string) string {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			if k != "alertname" && k != "severity" && m[k] != "" {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + "=" + m[k]
+		}
+		return strings.Join(parts, " ")
+	},
+	"join": strings.Join,
+	"pct":  func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
+}
+
+func newPages() (*pages, error) {
+	base, err := fs.ReadFile(web.Templates, "templates/base.html")
+	if err != nil {
+		return nil, fmt.Errorf("console templates: %w", err)
+	}
+	p := &pages{t: map[string]*template.Template{}}
+	for _, name := range []string{"login", "dashboard", "alerts", "complaint", "crash"} {
+		body, err := fs.ReadFile(web.Templates, "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("console templates: %w", err)
+		}
+		t, err := template.New(name).Funcs(funcs).Parse(string(base))
+		if err == nil {
+			_, err = t.Parse(string(body))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("console template %s: %w", name, err)
+		}
+		p.t[name] = t
+	}
+	return p, nil
+}
+
+// pageData is what every page template sees.
+type pageData struct {
+	Title      string
+	Nav        string
+	View       View
+	Query      string
+	Presets    []string
+	Complaints []Complaint
+	// Down is set when ClickHouse did not answer: the banner says so.
+	Down     string
+	Error    string
+	NoData   string
+	Next     string
+	Content  bool
+	Panels   []PanelInfo
+	Rows     []panelRow
+	Alerts   []AlertRow
+	Latest   []AlertRow
+	Lanes    []lane
+	RuleName string
+	// Complaint page.
+	Complaint *Complaint
+	Diagnosis *diagnose.Report
+	Focus     []diagnose.Branch
+	Others    []diagnose.Branch
+	Slow      []SlowRequest
+	SlowError string
+	// Crash page.
+	Postmortem *postmortem.Report
+	PMText     string
+	Engine     string
+	From, To   string
+}
+
+type panelRow struct {
+	Row    string
+	Panels []PanelInfo
+}
+
+func (p *pages) render(w http.ResponseWriter, name string, d pageData) {
+	var b bytes.Buffer
+	if err := p.t[name].ExecuteTemplate(&b, "base", d); err != nil {
+		http.Error(w, "render "+name+": "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(b.Bytes())
+}
+
+func (s *Server) base(r *http.Request, nav string) (pageData, bool) {
+	d := pageData{Nav: nav, Complaints: Complaints, Content: contentAllowed(r)}
+	for _, p := range Presets {
+		d.Presets = append(d.Presets, p.Name)
+	}
+	v, err := s.parseView(r.URL.Query())
+	if err != nil {
+		d.Error = err.Error()
+		v, _ = s.parseView(nil)
+	}
+	d.View, d.Query = v, v.Query().Encode()
+	d.From, d.To = v.From.Format("2006-01-02T15:04"), v.To.Format("2006-01-02T15:04")
+	return d, err == nil
+}
+
+func (s *Server) outage(d *pageData, what string, err error) {
+	if isOutage(err) {
+		d.Down = fmt.Sprintf("ClickHouse at %s is not answering (%v): %s cannot be read.", strings.Join(s.cfg.ClickHouse.Addr, ","), err, what)
+		return
+	}
+	d.Error = what + ": " + err.Error()
+}
+
+func (s *Server) dashboard(w http.ResponseWriter, r *http.Request) {
+	d, _ := s.base(r, "dashboard")
+	d.Title = "Dashboard"
+	var rows []panelRow
+	for _, p := range s.panels {
+		pi := info(p)
+		if n := len(rows); n > 0 && rows[n-1].Row == p.Row {
+			rows[n-1].Panels = append(rows[n-1].Panels, pi)
+			continue
+		}
+		rows = append(rows, panelRow{Row: p.Row, Panels: []PanelInfo{pi}})
+	}
+	d.Rows = rows
+	s.pages.render(w, "dashboard", d)
+}
+
+// lane is one alert's states over the page's range, as segments in percent of its width.
+type lane struct {
+	Rule, Labels, Fingerprint string
+	Segments                  []segment
+	Last                      AlertRow
+}
+
+type segment struct {
+	State       string
+	Left, Width float64
+	From, To    string
+}
+
+func lanes(history []AlertRow, from, to time.Time) []lane {
+	by := map[string][]AlertRow{}
+	var keys []string
+	for _, a := range history {
+		k := a.Rule + "/" + a.Fingerprint
+		if _, ok := by[k]; !ok {
+			keys = append(keys, k)
+		}
+		by[k] = append(by[k], a)
+	}
+	sort.Strings(keys)
+	span := to.Sub(from).Seconds()
+	var out []lane
+	for _, k := range keys {
+		rows := by[k]
+		sort.Slice(rows, func(i, j int) bool { return rows[i].TS.Before(rows[j].TS) })
+		l := lane{Rule: rows[0].Rule, Fingerprint: rows[0].Fingerprint, Labels: funcs["labels"].(func(map[string]string) string)(rows[0].Labels), Last: rows[len(rows)-1]}
+		for i, a := range rows {
+			if a.State == "resolved" {
+				continue
+			}
+			end := to
+			if i+1 < len(rows) {
+				end = rows[i+1].TS
+			}
+			left := math.Max(0, a.TS.Sub(from).Seconds()/span*100)
+			width := math.Max(0.4, math.Min(100-left, end.Sub(a.TS).Seconds()/span*100))
+			l.Segments = append(l.Segments, segment{State: a.State, Left: left, Width: width,
+				From: a.TS.UTC().Format("15:04:05"), To: end.UTC().Format("15:04:05")})
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func (s *Server) alertsPage(w http.ResponseWriter, r *http.Request) {
+	d, ok := s.base(r, "alerts")
+	d.Title = "Alerts"
+	d.RuleName = r.URL.Query().Get("rule")
+	if len(d.RuleName) > 64 {
+		d.RuleName = ""
+	}
+	if ok {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.QueryTimeout)
+		defer cancel()
+		hist, err := alertHistory(ctx, s.conn, d.View.From, d.View.To, d.RuleName, 2000)
+		if err != nil {
+			s.outage(&d, "the alerts table", err)
+		} else {
+			d.Alerts = hist
+			d.Lanes = lanes(hist, d.View.From, d.View.To)
+			latest, err := latestAlerts(ctx, s.conn, d.View.To, nil)
+			if err != nil {
+				s.outage(&d, "the alerts table", err)
+			}
+			for _, a := range latest {
+				if (a.State == "firing" || a.State == "pending") && (d.RuleName == "" || a.Rule == d.RuleName) {
+					d.Latest = append(d.Latest, a)
+				}
+			}
+		}
+	}
+	s.pages.render(w, "alerts", d)
+}
+
+func (s *Server) complaintPage(w http.ResponseWriter, r *http.Request) {
+	d, ok := s.base(r, "complaint")
+	var c *Complaint
+	for i := range Complaints {
+		if Complaints[i].ID == r.PathValue("id") {
+			c = &Complaints[i]
+		}
+	}
+	if c == nil {
+		http.NotFound(w, r)
+		return
+	}
+	d.Complaint, d.Title = c, "“"+c.Says+"”"
+	for _, name := range c.Panels {
+		if p := s.byName[name]; p != nil {
+			d.Panels = append(d.Panels, info(p))
+		}
+	}
+	if ok {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.QueryTimeout)
+		defer cancel()
+		rep, err := diagnose.Run(ctx, s.conn, diagnose.Options{
+			Window: diagnose.Range{From: d.View.From, To: d.View.To}, Model: d.View.Filters["model"]})
+		switch {
+		case errors.Is(err, diagnose.ErrNoData):
+			d.NoData = err.Error()
+		case err != nil:
+			s.outage(&d, "diagnose's reading", err)
+		default:
+			d.Diagnosis = &rep
+			for _, b := range rep.Branches {
+				if contains(c.Branches, b.ID) {
+					d.Focus = append(d.Focus, b)
+				} else {
+					d.Others = append(d.Others, b)
+				}
+			}
+		}
+		if c.SlowBy != "" && d.Down == "" {
+			slow, err := slowRequests(ctx, s.conn, d.View.From, d.View.To, d.View.Filters["model"], c.SlowBy, d.Content, 10)
+			if err != nil {
+				d.SlowError = err.Error()
+			}
+			d.Slow = slow
+		}
+	}
+	s.pages.render(w, "complaint", d)
+}
+
+func (s *Server) crashPage(w http.ResponseWriter, r *http.Request) {
+	d, ok := s.base(r, "crash")
+	d.Title = "Crash"
+	d.Engine = d.View.Filters["engine"]
+	if ok {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.QueryTimeout)
+		defer cancel()
+		lines, model, err := postmortem.Load(ctx, s.conn, d.Engine, d.View.To)
+		switch {
+		case errors.Is(err, postmortem.ErrNoData):
+			d.NoData = err.Error()
+		case err != nil:
+			s.outage(&d, "the engine's log (engine_logs)", err)
+		default:
+			rep := postmortem.Analyze(lines, postmortem.Options{At: d.View.To, Model: model})
+			rep.Source = "engine_logs"
+			d.Postmortem = &rep
+			var b strings.Builder
+			if err := rep.WriteText(&b); err == nil {
+				d.PMText = b.String()
+			}
+		}
+	}
+	s.pages.render(w, "crash", d)
+}

@@ -1,0 +1,166 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/servescope/servescope/dev/synth"
+	"github.com/servescope/servescope/internal/postmortem"
+	"github.com/servescope/servescope/services/detector/alerting"
+)
+
+// Demo-shaped data: the shape scripts/demo leaves in its database, made in a second. A synthetic
+// normal day as the baseline, then, in the hour before now: an overload (queue wait, 44 waiting,
+// 256 running), a switch of the embedding model with the top score falling, answers in a wrong
+// script, and an engine crash (vLLM 0.10's out-of-memory log, 193 running) with 5xx answers.
+// The detector's alerts for them are in the alerts table as the detector writes them.
+type seeded struct {
+	now                                   time.Time
+	model, otherModel, engine, app        string
+	overloadFrom, overloadTo              time.Time
+	switchAt, crashAt                     time.Time
+	firingRule                            string
+	firingLabels, pendingLabels, okLabels map[string]string
+}
+
+const seedModel = "Qwen/Qwen2.5-7B-Instruct-AWQ"
+
+func seed(t *testing.T, conn driver.Conn, now time.Time) seeded {
+	t.Helper()
+	ctx := context.Background()
+	s := seeded{now: now, model: seedModel, otherModel: "meta-llama/Llama-3.1-8B-Instruct", engine: "http://vllm-0:8000", app: "docs-qa"}
+	g := synth.New(7)
+
+	// The normal day: the detector's baseline (24 h ending an hour ago) and the first half hour.
+	tr := g.Normal(now.Add(-26*time.Hour), now.Add(-50*time.Minute))
+	// A second model's traffic, so that the model filter has something to tell apart.
+	other := synth.NormalShape()
+	other.Model, other.App, other.TopScore = s.otherModel, "chat", 0
+	tr.Add(g.Requests(now.Add(-26*time.Hour), now, synth.Constant(0.02), other))
+
+	// The overload: requests queue 0.47 s, the engine runs 256 with 44 waiting (reference §3).
+	s.overloadFrom, s.overloadTo = now.Add(-50*time.Minute), now.Add(-35*time.Minute)
+	over := synth.NormalShape()
+	over.QueueProb, over.QueueSeconds, over.TTFTSeconds, over.TPOTSeconds = 1, 0.47, 0.38, 0.147
+	tr.Add(g.Requests(s.overloadFrom, s.overloadTo, synth.Constant(0.5), over))
+	es := synth.NormalEngine(synth.NormalRate, synth.NormalE2ES)
+	busy := es
+	busy.Running = func(time.Time) float64 { return 256 }
+	busy.Waiting = func(time.Time) float64 { return 44 }
+	busy.KVCache = func(time.Time) float64 { return 0.28 }
+	busy.Noise, busy.Every = 0, 10*time.Second
+	tr.Add(g.Samples(s.overloadFrom, s.overloadTo, busy))
+
+	// The embedding model switch: a version the baseline never saw, top score 0.88 → 0.12.
+	s.switchAt = now.Add(-35 * time.Minute)
+	drift := synth.NormalShape()
+	drift.TopScore, drift.EmbeddingModelVersion = 0.12, "bge-m3@2"
+	tr.Add(g.Requests(s.switchAt, now.Add(-20*time.Minute), synth.Constant(0.3), drift))
+
+	// Wrong-script answers (lesson 12: 4 of 32), then the crash window's 5xx.
+	tr.Add(synth.LanguageErrors(8, 40)(g, now.Add(-20*time.Minute), now.Add(-10*time.Minute)))
+	crash := synth.NormalShape()
+	crash.Status5xxProb = 0.3
+	tr.Add(g.Requests(now.Add(-10*time.Minute), now, synth.Constant(0.3), crash))
+	tr.Add(g.Samples(s.switchAt, now, es))
+
+	// What the gateway copies from vLLM's timing object and the application reports.
+	for i, f := range tr.Finished {
+		if f.TTFTSeconds != nil && f.QueueSeconds != nil && f.TPOTSeconds != nil && f.CompletionTokens != nil {
+			prefill := max(0.001, *f.TTFTSeconds-*f.QueueSeconds-0.004)
+			decode := *f.TPOTSeconds * float64(max(1, *f.CompletionTokens)-1)
+			f.PrefillSeconds, f.DecodeSeconds = &prefill, &decode
+			tokens := uint32(40 + i%12)
+			f.PromptTokens = &tokens
+		}
+		f.PromptVersion = "p12"
+	}
+	for _, a := range tr.Apps {
+		a.PromptVersion = "p12"
+	}
+	if err := synth.Insert(ctx, conn, tr); err != nil {
+		t.Fatal(err)
+	}
+	// synth does not write citations_missing: one answer in 37 lacks its citations.
+	if err := conn.Exec(ctx, "ALTER TABLE app_records UPDATE citations_missing = (cityHash64(request_id) % 37 = 0) WHERE 1 SETTINGS mutations_sync = 2"); err != nil {
+		t.Fatalf("set citations_missing: %v", err)
+	}
+
+	// The crash: vLLM 0.10's log of the reference's out-of-memory death, moved to 6 minutes ago.
+	s.crashAt = now.Add(-6 * time.Minute)
+	insertCrashLog(t, ctx, conn, s.engine, s.crashAt)
+
+	// The alerts, as the detector writes them: latency_p95 (TTFT) firing, overload_queue pending
+	// earlier then resolved, retrieval_version_change firing.
+	s.firingRule = "latency_p95"
+	s.firingLabels = map[string]string{"alertname": "latency_p95", "severity": "warning", "model": s.model, "metric": "ttft_s"}
+	s.pendingLabels = map[string]string{"alertname": "retrieval_score_drift", "severity": "critical", "app": s.app}
+	s.okLabels = map[string]string{"alertname": "overload_queue", "severity": "critical", "engine": s.engine, "model": s.model, "signal": "num_requests_waiting"}
+	store := alerting.CHStore{Conn: conn}
+	at := func(d time.Duration) time.Time { return now.Add(-d) }
+	alert := func(rule string, labels map[string]string, st alerting.State, value, base, thr float64, active, fired, resolved time.Time) *alerting.Alert {
+		return &alerting.Alert{Rule: rule, Fingerprint: alerting.Fingerprint(labels), Labels: labels, Severity: labels["severity"],
+			State: st, Value: value, Baseline: base, Threshold: thr, ActiveAt: active, FiredAt: fired, ResolvedAt: resolved,
+			Annotations: map[string]string{"summary": fmt.Sprintf("%s %s value %.3f (baseline %.3f, threshold %.3f)", rule, labels["metric"], value, base, thr)}}
+	}
+	overloadStart := at(48 * time.Minute)
+	for _, step := range []struct {
+		ts time.Time
+		a  *alerting.Alert
+	}{
+		{overloadStart, alert("overload_queue", s.okLabels, alerting.StatePending, 1, 0, 0.5, overloadStart, time.Time{}, time.Time{})},
+		{at(47 * time.Minute), alert("overload_queue", s.okLabels, alerting.StateFiring, 1, 0, 0.5, overloadStart, at(47*time.Minute), time.Time{})},
+		{at(34 * time.Minute), alert("overload_queue", s.okLabels, alerting.StateInactive, 0, 0, 0.5, overloadStart, at(47*time.Minute), at(34*time.Minute))},
+		{at(33 * time.Minute), alert("latency_p95", s.firingLabels, alerting.StatePending, 0.61, 0.058, 0.108, at(33*time.Minute), time.Time{}, time.Time{})},
+		{at(31 * time.Minute), alert("latency_p95", s.firingLabels, alerting.StateFiring, 0.61, 0.058, 0.108, at(33*time.Minute), at(31*time.Minute), time.Time{})},
+		{at(2 * time.Minute), alert("retrieval_score_drift", s.pendingLabels, alerting.StatePending, 0.12, 0.88, 0.73, at(2*time.Minute), time.Time{}, time.Time{})},
+	} {
+		if err := store.Save(ctx, step.ts, []*alerting.Alert{step.a}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func insertCrashLog(t *testing.T, ctx context.Context, conn driver.Conn, engine string, death time.Time) {
+	t.Helper()
+	f, err := os.Open("../../../internal/postmortem/testdata/v0_10_type_one.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lines, err := postmortem.ReadLog(f, engine, "vllm.log", death, time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := postmortem.Analyze(lines, postmortem.Options{})
+	if !rep.Crashed {
+		t.Fatal("the crash fixture holds no crash")
+	}
+	shift := death.Sub(rep.LastWords.TS)
+	b, err := conn.PrepareBatch(ctx, `INSERT INTO engine_logs (event_id, ts, engine, source, offset, line, level, process, logger,
+		message, prompt_throughput_tps, generation_throughput_tps, running, waiting, kv_cache_usage_perc, prefix_cache_hit_rate,
+		exception_type, oom_bytes_requested, oom_total_capacity_bytes, oom_free_bytes, frames)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range lines {
+		frames := l.Frames
+		if frames == nil {
+			frames = []string{}
+		}
+		if err := b.Append(fmt.Sprintf("crash-%d", i), l.TS.Add(shift), l.Engine, l.Source, l.Offset, l.Line, l.Level, l.Process,
+			l.Logger, l.Message, l.PromptThroughputTPS, l.GenerationThroughputTPS, l.Running, l.Waiting, l.KVCacheUsagePerc,
+			l.PrefixCacheHitRate, l.ExceptionType, l.OOMBytesRequested, l.OOMTotalCapacityBytes, l.OOMFreeBytes, frames); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		t.Fatalf("insert the crash log: %v", err)
+	}
+}
