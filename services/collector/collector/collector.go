@@ -24,6 +24,7 @@ import (
 
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
+	"github.com/servescope/servescope/services/collector/apptrace"
 	"github.com/servescope/servescope/services/collector/logship"
 	"github.com/servescope/servescope/services/collector/otlp"
 	"github.com/servescope/servescope/services/collector/scrape"
@@ -74,6 +75,18 @@ type Config struct {
 	SpoolFsync string `env:"COLLECTOR_SPOOL_FSYNC" envDefault:"interval"`
 	// ShutdownTimeout bounds the flush of queued events at exit.
 	ShutdownTimeout time.Duration `env:"COLLECTOR_SHUTDOWN_TIMEOUT" envDefault:"10s"`
+
+	// AppSpans turns applications' spans (OpenTelemetry GenAI, OpenInference, OpenLLMetry)
+	// received on the OTLP listeners into app.records (package apptrace); false ignores them.
+	AppSpans bool `env:"COLLECTOR_APP_SPANS" envDefault:"true"`
+	// AppMaxTraces bounds the application traces waiting for their root.
+	AppMaxTraces int `env:"COLLECTOR_APP_MAX_TRACES" envDefault:"10000"`
+	// AppMaxSpansPerTrace bounds the spans kept per application trace.
+	AppMaxSpansPerTrace int `env:"COLLECTOR_APP_MAX_SPANS_PER_TRACE" envDefault:"512"`
+	// AppMaxBytes bounds the facts kept for all waiting application traces (at least 2 MiB).
+	AppMaxBytes int64 `env:"COLLECTOR_APP_MAX_BYTES" envDefault:"67108864"`
+	// AppTraceWait is how long an application trace waits for its root span.
+	AppTraceWait time.Duration `env:"COLLECTOR_APP_TRACE_WAIT" envDefault:"30s"`
 }
 
 // Validate implements config.Validator.
@@ -98,6 +111,20 @@ func (c *Config) Validate() error {
 	case "always", "interval", "never":
 	default:
 		errs = append(errs, fmt.Errorf("COLLECTOR_SPOOL_FSYNC: want always, interval or never, got %q", c.SpoolFsync))
+	}
+	if c.AppSpans {
+		if c.AppMaxTraces <= 0 {
+			errs = append(errs, fmt.Errorf("COLLECTOR_APP_MAX_TRACES: must be positive, got %d", c.AppMaxTraces))
+		}
+		if c.AppMaxSpansPerTrace <= 0 {
+			errs = append(errs, fmt.Errorf("COLLECTOR_APP_MAX_SPANS_PER_TRACE: must be positive, got %d", c.AppMaxSpansPerTrace))
+		}
+		if c.AppMaxBytes < 2*apptrace.MaxTraceBytes {
+			errs = append(errs, fmt.Errorf("COLLECTOR_APP_MAX_BYTES: must be at least %d (two traces' worth), got %d", 2*apptrace.MaxTraceBytes, c.AppMaxBytes))
+		}
+		if c.AppTraceWait <= 0 {
+			errs = append(errs, fmt.Errorf("COLLECTOR_APP_TRACE_WAIT: must be positive, got %s", c.AppTraceWait))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -175,6 +202,7 @@ type Collector struct {
 	loc      *time.Location
 	scraper  *scrape.Scraper
 	receiver *otlp.Receiver
+	apps     *apptrace.Assembler
 	logs     *logship.Metrics
 	state    *logship.State
 
@@ -204,7 +232,18 @@ func New(cfg Config, pub Publisher, log *slog.Logger, reg *prometheus.Registry) 
 	if err != nil {
 		return nil, err
 	}
-	c.receiver, err = otlp.NewReceiver(pub, cfg.SpanNaming(), log.With("component", "otlp"), reg)
+	var opts []otlp.Option
+	if cfg.AppSpans {
+		c.apps, err = apptrace.NewAssembler(apptrace.Config{
+			MaxTraces: cfg.AppMaxTraces, MaxSpansPerTrace: cfg.AppMaxSpansPerTrace,
+			MaxBytes: cfg.AppMaxBytes, MaxWait: cfg.AppTraceWait,
+		}, pub, log.With("component", "apptrace"), reg)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, otlp.WithAppSpans(c.apps))
+	}
+	c.receiver, err = otlp.NewReceiver(pub, cfg.SpanNaming(), log.With("component", "otlp"), reg, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -284,6 +323,9 @@ func (c *Collector) Run(ctx context.Context) error {
 		}()
 	}
 	start("scrape", c.scraper.Run)
+	if c.apps != nil {
+		start("app traces", c.apps.Run)
+	}
 	if c.grpcLn != nil {
 		start("otlp grpc", func(ctx context.Context) error { return c.receiver.ServeGRPC(ctx, c.grpcLn) })
 	}
@@ -301,8 +343,13 @@ func (c *Collector) Run(ctx context.Context) error {
 	c.log.Info("collector running",
 		"targets", len(c.cfg.Targets), "scrape_interval", c.cfg.ScrapeInterval.String(),
 		"otlp_grpc", c.OTLPGRPCAddr(), "otlp_http", c.OTLPHTTPAddr(), "metrics", c.MetricsAddr(),
-		"log_files", len(c.cfg.LogFiles))
+		"log_files", len(c.cfg.LogFiles), "app_spans", c.cfg.AppSpans)
 	wg.Wait()
+	if c.apps != nil {
+		// The OTLP servers' last exports may have started traces after the assembler's own
+		// flush at ctx's end: publish them too, before the caller closes the publisher.
+		c.apps.Close()
+	}
 	return firstErr
 }
 
