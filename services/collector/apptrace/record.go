@@ -85,13 +85,18 @@ func build(id pcommon.TraceID, spans []spanFacts, now time.Time) (*schema.AppRec
 			if f.hasTop && (!haveTop || f.topScore > top) {
 				top, haveTop = f.topScore, true
 			}
-			if !haveRetrieval || f.start < retrievalStart {
-				retrievalStart = f.start
+			// A retriever span marked servescope.cache.hit=true reports the documents of an
+			// answer served from the application's cache: they count, its duration is no
+			// retrieval time.
+			if f.cacheHit != triOf(true) {
+				if !haveRetrieval || f.start < retrievalStart {
+					retrievalStart = f.start
+				}
+				if !haveRetrieval || f.end > retrievalEnd {
+					retrievalEnd = f.end
+				}
+				haveRetrieval = true
 			}
-			if !haveRetrieval || f.end > retrievalEnd {
-				retrievalEnd = f.end
-			}
-			haveRetrieval = true
 			if dataSource == "" {
 				dataSource = f.dataSource
 			}

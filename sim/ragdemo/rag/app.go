@@ -152,6 +152,7 @@ func (a *App) Ask(ctx context.Context, requestID, question string) (Answer, erro
 		rec.CacheHit, rec.CacheKind = &hit, "exact"
 		cached.RequestID, cached.CacheHit = requestID, true
 		a.describe(rec, cached)
+		a.cachedRetrievalSpan(ctx, cached.Passages)
 		return cached, nil
 	}
 	rec.CacheHit, rec.CacheKind = &hit, "exact"
@@ -161,7 +162,6 @@ func (a *App) Ask(ctx context.Context, requestID, question string) (Answer, erro
 	t0 := time.Now()
 	hits := a.index.Search(qv, a.cfg.TopK)
 	retrieval := time.Since(t0).Seconds()
-	a.retrievalSpan(ctx, t0, hits)
 	rec.RetrievalSeconds = &retrieval
 	ans := Answer{RequestID: requestID}
 	passages := make([]schema.Passage, len(hits))
@@ -169,6 +169,7 @@ func (a *App) Ask(ctx context.Context, requestID, question string) (Answer, erro
 		passages[i] = schema.Passage{ID: h.Passage.ID, Score: h.Score, Source: h.Passage.Title}
 		ans.Passages = append(ans.Passages, HitResult{ID: h.Passage.ID, Title: h.Passage.Title, Score: h.Score})
 	}
+	a.retrievalSpan(ctx, t0, ans.Passages)
 	rec.SetPassages(passages)
 	if len(hits) > 0 {
 		ans.TopScore = hits[0].Score

@@ -26,8 +26,9 @@ import (
 //
 // The chat span's context goes to the gateway as W3C traceparent, so the gateway's request and
 // vLLM's span share the trace; gen_ai.response.id ("chatcmpl-<X-Request-Id>") gives the record
-// the request id the gateway's record has. A cache hit has no embedding, retrieval or chat span:
-// nothing was retrieved.
+// the request id the gateway's record has. A cache hit has no embedding or chat span, and
+// reports the cached answer's passages, as ragdemo's own record does, in a retrieval span marked
+// servescope.cache.hit=true (apptrace counts its documents, not its duration).
 const (
 	tracerName = "github.com/servescope/servescope/sim/ragdemo/rag"
 	// genAIProvider is gen_ai.provider.name of the chat span: the gateway serves vLLM's
@@ -101,17 +102,27 @@ func (a *App) embedSpan(ctx context.Context, model string) {
 }
 
 // retrievalSpan reports the index search that started at start and returned hits, best first.
-func (a *App) retrievalSpan(ctx context.Context, start time.Time, hits []Hit) {
-	_, s := a.tracer.Start(ctx, "retrieval "+a.cfg.CorpusVersion, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(start),
+func (a *App) retrievalSpan(ctx context.Context, start time.Time, hits []HitResult) {
+	a.documentsSpan(ctx, "retrieval "+a.cfg.CorpusVersion, start, hits)
+}
+
+// cachedRetrievalSpan reports the passages of an answer served from the cache.
+func (a *App) cachedRetrievalSpan(ctx context.Context, hits []HitResult) {
+	a.documentsSpan(ctx, "retrieval "+a.cfg.CorpusVersion+" (cached)", time.Now(), hits,
+		attribute.Bool("servescope.cache.hit", true), attribute.String("servescope.cache.kind", "exact"))
+}
+
+func (a *App) documentsSpan(ctx context.Context, name string, start time.Time, hits []HitResult, extra ...attribute.KeyValue) {
+	_, s := a.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(start),
 		trace.WithAttributes(
 			attribute.String("gen_ai.operation.name", "retrieval"),
 			attribute.String("gen_ai.data_source.id", a.cfg.CorpusVersion),
 			attribute.Int("gen_ai.request.top_k", a.cfg.TopK),
-		))
+		), trace.WithAttributes(extra...))
 	if s.IsRecording() {
 		docs := make([]attribute.Value, len(hits))
 		for i, h := range hits {
-			docs[i] = attribute.MapValue(attribute.String("id", h.Passage.ID), attribute.Float64("score", h.Score))
+			docs[i] = attribute.MapValue(attribute.String("id", h.ID), attribute.Float64("score", h.Score))
 		}
 		s.SetAttributes(attribute.KeyValue{Key: "gen_ai.retrieval.documents", Value: attribute.SliceValue(docs...)})
 	}
