@@ -33,6 +33,7 @@ func main() {
 func run(args []string) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	once := fs.Bool("once", false, "tear down at the end; exit 1 if an expected alert did not arrive")
+	appReport := fs.String("app-report", "app.record", "how ragdemo reports its requests: app.record (published to NATS), otel (OpenTelemetry spans to the collector only) or both")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -49,6 +50,12 @@ func run(args []string) int {
 			return 1
 		}
 		return 0
+	}
+	switch *appReport {
+	case "app.record", "otel", "both":
+	default:
+		fmt.Fprintf(os.Stderr, "demo: --app-report=%q: want app.record, otel or both\n", *appReport)
+		return 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "demo: unknown argument %q (want --once or down)\n", fs.Arg(0))
@@ -76,6 +83,7 @@ func run(args []string) int {
 		Database:        envOr("SERVESCOPE_DEMO_DATABASE", "servescope_demo"),
 		Prefix:          envOr("SERVESCOPE_DEMO_PREFIX", "servescope_demo"),
 		KeepDevServices: os.Getenv("SERVESCOPE_DEMO_KEEP_DEV_SERVICES") != "",
+		AppReport:       *appReport,
 		Out:             os.Stdout,
 		Log:             slog.New(slog.NewTextHandler(logFile, nil)),
 	})
