@@ -2,12 +2,17 @@ package apptrace
 
 import (
 	"context"
+	"encoding/json"
+	"math"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	dto "github.com/prometheus/client_model/go"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"go.opentelemetry.io/otel/attribute"
@@ -135,6 +140,49 @@ func FuzzConsume(f *testing.F) {
 		}
 		if rejected := m.GetCounter().GetValue(); rejected != 0 {
 			t.Fatalf("%v records failed validation", rejected)
+		}
+	})
+}
+
+// FuzzDocuments drives the decoding of a document list sent as one JSON string (the GenAI
+// conventions' gen_ai.retrieval.documents where a structured value is not supported), which
+// FuzzConsume reaches only through an OTLP JSON string: it never panics, keeps at most 1,000
+// documents, and every document has a finite score and a valid UTF-8 id of at most 512 bytes.
+func FuzzDocuments(f *testing.F) {
+	for _, s := range []string{
+		`[{"id": "doc-17#3", "score": 0.88}, {"id": "doc-2#1", "score": 0.71}]`,
+		`[{"document.id": 7, "document.score": "0.5"}, {"id": null, "score": 1e308}, {"score": "NaN"}, 7, "x", []]`,
+		`[{"id_": "n1", "score": 0.2}, {"id": "\ud800", "score": -1}]`,
+		` [ ] `, `{"id": "a", "score": 1}`, `[{"id": "` + strings.Repeat("é", 400) + `", "score": 0}]`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		v := pcommon.NewValueStr(raw)
+		docs := documents(v)
+		if len(docs) > maxDocumentsPerListAttr {
+			t.Fatalf("%d documents, over %d", len(docs), maxDocumentsPerListAttr)
+		}
+		for _, d := range docs {
+			if math.IsNaN(d.score) || math.IsInf(d.score, 0) {
+				t.Fatalf("document %q has score %v", d.id, d.score)
+			}
+			if !utf8.ValidString(d.id) || len(d.id) > 512 || d.id == "" {
+				t.Fatalf("document id %q (%d bytes)", d.id, len(d.id))
+			}
+		}
+		// The same list as OTLP attribute values (strings of JSON objects) reads the same way
+		// whether the JSON string held the array or the attribute did.
+		var items []json.RawMessage
+		if json.Unmarshal([]byte(strings.TrimSpace(raw)), &items) != nil || len(raw) > maxJSONBytes {
+			return
+		}
+		sl := pcommon.NewValueSlice()
+		for _, it := range items {
+			sl.Slice().AppendEmpty().SetStr(string(it))
+		}
+		if got := documents(sl); len(got) != len(docs) {
+			t.Fatalf("%d documents from the JSON string, %d from the attribute array", len(docs), len(got))
 		}
 	})
 }
