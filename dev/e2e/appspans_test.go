@@ -116,7 +116,11 @@ func TestApplicationSpans(t *testing.T) {
 		if id == "" {
 			t.Fatalf("%s: the LLM call was not made", shape)
 		}
-		waitFor(t, 60*time.Second, shape+"'s app record joined with its request and engine span", func(ctx context.Context) (bool, string, error) {
+		// Bounds for a hang: the request_facts view is heavy, and on a machine loaded by other
+		// work one read took more than waitFor's 10 s per attempt.
+		waitFor(t, 3*time.Minute, shape+"'s app record joined with its request and engine span", func(ctx context.Context) (bool, string, error) {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
 			r, ok, err := read(ctx, id)
 			got[shape] = r
 			return ok, fmt.Sprintf("%+v", r), err
