@@ -116,6 +116,8 @@ func TestDecodeErrors(t *testing.T) {
 		})
 	}
 	rfSubject := schema.Subject(schema.KindRequestFinished)
+	record := mustEncode(t, fullEvent(t, schema.KindAppRecord))
+	arSubject := schema.Subject(schema.KindAppRecord)
 
 	tests := []struct {
 		name    string
@@ -140,6 +142,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"invalid UTF-8", rfSubject, bytes.Replace(finished, []byte("support-bot"), []byte("support-\xff\xfebot"), 1), "invalid_utf8", nil, "not valid UTF-8"},
 		{"error_message over 8 KiB", rfSubject, set(finished, "error_message", strings.Repeat("e", 8<<10+1)), "", []string{"error_message"}, "8193 bytes, over the limit of 8192"},
 		{"trace_id over 32 bytes", rfSubject, set(finished, "trace_id", strings.Repeat("a", 33)), "", []string{"trace_id"}, "over the limit of 32"},
+		{"app.record trace_id over 32 bytes", arSubject, set(record, "trace_id", strings.Repeat("f", 33)), "", []string{"trace_id"}, "over the limit of 32"},
 		{"unknown error_layer", rfSubject, set(finished, "error_layer", "database"), "", []string{"error_layer"}, `unknown layer "database"`},
 		{"unknown schema version", rfSubject, set(finished, "schema", "request.finished/v2"), "", []string{"schema"}, `unknown schema version "v2"`},
 		{"missing schema", rfSubject, del(finished, "schema"), "", []string{"schema"}, "missing"},

@@ -58,6 +58,7 @@ func fullEvents() []schema.Event {
 		RetrievalSeconds: ptr(0.084), CacheHit: ptr(false), CacheKind: "semantic",
 		CitationCount: ptr(uint32(2)), CitationsMissing: ptr(false),
 		ErrorLayer: schema.LayerRetrieval, ErrorMessage: "vector store timeout after 80ms (served from fallback index)",
+		TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
 	}
 	ar.SetPassages([]schema.Passage{
 		{ID: "doc-17#p3", Score: 0.83, Source: "https://docs.example.com/refunds"},

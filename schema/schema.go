@@ -330,6 +330,12 @@ type AppRecord struct {
 	ErrorLayer string `json:"error_layer,omitempty" jsonschema:"maxLength=64"`
 	// ErrorMessage is the application's error text (truncated to 8 KiB).
 	ErrorMessage string `json:"error_message,omitempty" jsonschema:"maxLength=8192"`
+	// TraceID is the W3C trace id (32 lower-case hex) of the application's trace for this
+	// request. An application that sends its trace context (traceparent) through the gateway
+	// shares it with the gateway's request.finished and the engine's span, so the records join
+	// on it as well as on request_id. The collector sets it on the records it builds from an
+	// application's OpenTelemetry spans.
+	TraceID string `json:"trace_id,omitempty" jsonschema:"maxLength=32"`
 }
 
 // Kind implements Event.

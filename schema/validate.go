@@ -259,6 +259,7 @@ func (e *AppRecord) ValidateAt(now time.Time) error {
 	v.str("cache_kind", e.CacheKind, 64)
 	v.str("error_layer", e.ErrorLayer, 64)
 	v.str("error_message", e.ErrorMessage, maxMessage)
+	v.str("trace_id", e.TraceID, MaxTraceIDBytes)
 	return v.result()
 }
 

@@ -49,6 +49,9 @@ type Options struct {
 	KeepDevServices bool
 	// RuleScale divides the built-in rules' windows and hold times (see ScaleRule).
 	RuleScale float64
+	// AppReport is how ragdemo reports its requests (RAGDEMO_REPORT): app.record (when empty),
+	// otel (OpenTelemetry spans to the collector only) or both.
+	AppReport string
 	// Out receives the report and progress.
 	Out io.Writer
 	Log *slog.Logger
@@ -193,7 +196,7 @@ func (r *run) prepare(ctx context.Context) error {
 			ClickHouseAddr: "127.0.0.1:" + envOr("SERVESCOPE_DEV_CLICKHOUSE_TCP_PORT", "9000"),
 		},
 		StateDir: r.dirs.State, LogDir: r.dirs.Logs, EngineLog: filepath.Join(r.dirs.Logs, "vllm-engine.log"),
-		AdminToken: hex.EncodeToString(token), ConsoleToken: hex.EncodeToString(consoleToken), Model: "servescope/sim-7b",
+		AdminToken: hex.EncodeToString(token), ConsoleToken: hex.EncodeToString(consoleToken), Model: "servescope/sim-7b", AppReport: r.opt.AppReport,
 	}
 	if err := r.resetStorage(ctx); err != nil {
 		return err

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"cmp"
 	"fmt"
 	"net"
 	"os"
@@ -82,6 +83,8 @@ type Stack struct {
 	// ConsoleToken is the console's viewer token (printed with its URL).
 	ConsoleToken string
 	Model        string
+	// AppReport is ragdemo's RAGDEMO_REPORT (app.record when empty).
+	AppReport string
 }
 
 // EngineName is the engine's name in engine.* events (COLLECTOR_TARGETS name=URL).
@@ -178,7 +181,12 @@ func (s *Stack) Services() (consumer, collector, gateway, ragdemo, detector Serv
 			"RAGDEMO_GATEWAY_URL", url(s.Ports.Gateway, ""),
 			"RAGDEMO_MODEL", s.Model,
 			"RAGDEMO_ADMIN_TOKEN", s.AdminToken,
-			"RAGDEMO_SPOOL_DIR", filepath.Join(s.StateDir, "ragdemo-spool"))}
+			"RAGDEMO_SPOOL_DIR", filepath.Join(s.StateDir, "ragdemo-spool"),
+			"RAGDEMO_REPORT", cmp.Or(s.AppReport, "app.record"),
+			// Used when RAGDEMO_REPORT sends spans: the collector's OTLP/HTTP receiver, and a
+			// batch delay well under the detector's tick so records arrive as fast as published ones.
+			"OTEL_EXPORTER_OTLP_ENDPOINT", url(s.Ports.OTLPHTTP, ""),
+			"OTEL_BSP_SCHEDULE_DELAY", "200")}
 	detector = Service{Name: "detector", Bin: "detector", Health: url(s.Ports.Detector, "/healthz"),
 		Env: with(sh,
 			"DETECTOR_WEBHOOK_URLS", url(s.Ports.Webhook, "/alerts"),

@@ -54,6 +54,7 @@ type pipeline struct {
 	Sim        *sim.Sim
 	SimURL     string // the engine's base URL (OpenAI API, /tokenize, /metrics)
 	GatewayURL string // the gateway's base URL in front of it
+	OTLPAddr   string // the collector's OTLP/gRPC listener (host:port), for applications' spans
 	TimeScale  float64
 }
 
@@ -238,7 +239,7 @@ func startPipeline(t *testing.T, o pipelineOptions) *pipeline {
 			}
 		})
 	})
-	return &pipeline{store: st, Sim: s, SimURL: simURL, GatewayURL: "http://" + gw.Addr(), TimeScale: o.TimeScale}
+	return &pipeline{store: st, Sim: s, SimURL: simURL, GatewayURL: "http://" + gw.Addr(), OTLPAddr: col.OTLPGRPCAddr(), TimeScale: o.TimeScale}
 }
 
 // load runs loadgen through the gateway (reading the engine's /metrics directly, as an operator

@@ -49,6 +49,7 @@ func Event(k schema.Kind, i int, base time.Time) schema.Event {
 		e.CitationsMissing = ptr(false)
 		e.OutputForeignChars = ptr(uint32(0))
 		e.OutputScriptViolation = ptr(false)
+		e.TraceID = fmt.Sprintf("%032x", i+1)
 		return e
 	case schema.KindEngineSample:
 		e := schema.NewEngineSample("http://vllm:8000/metrics", ts)

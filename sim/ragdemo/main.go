@@ -1,7 +1,14 @@
 // Command ragdemo is servescope's demo application: POST /ask answers a question by retrieving
 // passages from a small built-in corpus and asking the model through the servescope gateway, and
-// publishes one app.record per request (schema/publish) with the passages, the top score, the
-// embedding model and index versions, the cache result and the output checks.
+// reports each request with the passages, the top score, the embedding model and index versions,
+// the cache result and the output checks, as RAGDEMO_REPORT says:
+//
+//   - app.record (default): one app.record per request, published to NATS (schema/publish);
+//   - otel: OpenTelemetry spans shaped by the GenAI semantic conventions, exported over OTLP/HTTP
+//     to the collector, which makes the same app.record of them; the exporter takes the standard
+//     OTEL_EXPORTER_OTLP_* variables (e.g. OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318) and
+//     the batch processor OTEL_BSP_* (e.g. OTEL_BSP_SCHEDULE_DELAY=1000, in milliseconds);
+//   - both.
 //
 // POST /admin/embedding-model {"version": "hash-embed-v2"} (bearer RAGDEMO_ADMIN_TOKEN) switches
 // the query-side embedding model without re-indexing: the silent retrieval failure of
@@ -17,10 +24,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/servescope/servescope/internal/config"
-	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/internal/service"
+	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/sim/ragdemo/rag"
 )
@@ -41,6 +52,7 @@ type settings struct {
 	Timeout             time.Duration `env:"RAGDEMO_TIMEOUT" envDefault:"120s"`
 	AdminToken          string        `env:"RAGDEMO_ADMIN_TOKEN"`
 	SpoolDir            string        `env:"RAGDEMO_SPOOL_DIR" envDefault:"/tmp/servescope-ragdemo-spool"`
+	Report              string        `env:"RAGDEMO_REPORT" envDefault:"app.record"`
 	NATS                config.NATS
 }
 
@@ -63,36 +75,73 @@ func command() *service.Command {
 }
 
 // run serves until ctx ends. The parts stop in this order: the HTTP server (30 s for answers in
-// flight), the publisher's flush of their records, the NATS connection.
+// flight), the span exporter's flush, the publisher's flush of the records, the NATS connection.
 func run(ctx context.Context, cfg settings, log *slog.Logger) error {
-	nc, err := cfg.NATS.Connect("ragdemo", append(config.NATSEventHandlers(log, config.RedactURL(cfg.NATS.URL)), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))...)
-	if err != nil {
-		return err
+	switch cfg.Report {
+	case reportRecord, reportOTel, reportBoth:
+	default:
+		return service.UsageError(fmt.Errorf("RAGDEMO_REPORT=%q: want %s, %s or %s", cfg.Report, reportRecord, reportOTel, reportBoth))
 	}
-	pub, err := publish.New(nc, cfg.NATS.SubjectPrefix, publish.Config{SpoolDir: cfg.SpoolDir, Logger: log,
-		Kinds: []schema.Kind{schema.KindAppRecord}, SetupWait: cfg.NATS.SetupWait})
-	if err != nil {
-		nc.Close()
-		return err
-	}
-	closePub := func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := pub.Close(sctx); err != nil {
-			log.Error("flush publisher", "err", err)
-		}
-	}
+	var (
+		nc      *nats.Conn
+		pub     *publish.Publisher
+		tp      *sdktrace.TracerProvider
+		closers []func()
+	)
 	fail := func(err error) error {
-		closePub()
-		nc.Close()
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
 		return err
 	}
-	app, err := rag.New(rag.Config{
+	flushTimeout := 30 * time.Second
+	if cfg.Report != reportOTel {
+		var err error
+		nc, err = cfg.NATS.Connect("ragdemo", append(config.NATSEventHandlers(log, config.RedactURL(cfg.NATS.URL)), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))...)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, nc.Close)
+		pub, err = publish.New(nc, cfg.NATS.SubjectPrefix, publish.Config{SpoolDir: cfg.SpoolDir, Logger: log,
+			Kinds: []schema.Kind{schema.KindAppRecord}, SetupWait: cfg.NATS.SetupWait})
+		if err != nil {
+			return fail(err)
+		}
+		closers = append(closers, func() {
+			sctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+			defer cancel()
+			if err := pub.Close(sctx); err != nil {
+				log.Error("flush publisher", "err", err)
+			}
+		})
+	}
+	if cfg.Report != reportRecord {
+		var err error
+		if tp, err = tracerProvider(ctx); err != nil {
+			return fail(err)
+		}
+		closers = append(closers, func() {
+			sctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				log.Error("flush spans", "err", err)
+			}
+		})
+	}
+	rcfg := rag.Config{
 		GatewayURL: cfg.GatewayURL, Model: cfg.Model,
 		IndexEmbeddingModel: cfg.IndexEmbeddingModel, QueryEmbeddingModel: cfg.QueryEmbeddingModel,
 		EmbeddingDim: cfg.EmbeddingDim, CorpusVersion: cfg.CorpusVersion, TopK: cfg.TopK, MaxTokens: cfg.MaxTokens,
 		PromptVersion: cfg.PromptVersion, ConfigVersion: cfg.ConfigVersion, CacheSize: cfg.CacheSize, Timeout: cfg.Timeout,
-	}, pub, &http.Client{})
+	}
+	var recs rag.Publisher
+	if pub != nil {
+		recs = pub
+	}
+	if tp != nil {
+		rcfg.TracerProvider = tp
+	}
+	app, err := rag.New(rcfg, recs, &http.Client{})
 	if err != nil {
 		return fail(err)
 	}
@@ -103,8 +152,32 @@ func run(ctx context.Context, cfg settings, log *slog.Logger) error {
 	srv := &http.Server{Handler: app.Handler(cfg.AdminToken), ReadHeaderTimeout: 10 * time.Second}
 	g := service.NewGroup(log)
 	g.AddServer("http", srv, ln, 30*time.Second)
-	g.AddStop("publisher", closePub)
-	g.AddStop("nats", nc.Close)
-	log.Info("ragdemo listening", "addr", ln.Addr().String(), "gateway", cfg.GatewayURL, "query_embedding_model", app.QueryEmbeddingModel())
+	// The closers in reverse order of opening: spans, then records, then NATS.
+	for i := len(closers) - 1; i >= 0; i-- {
+		g.AddStop(fmt.Sprintf("close %d", i), closers[i])
+	}
+	log.Info("ragdemo listening", "addr", ln.Addr().String(), "gateway", cfg.GatewayURL, "report", cfg.Report, "query_embedding_model", app.QueryEmbeddingModel())
 	return g.Run(ctx)
+}
+
+// RAGDEMO_REPORT values.
+const (
+	reportRecord = "app.record"
+	reportOTel   = "otel"
+	reportBoth   = "both"
+)
+
+// tracerProvider exports spans over OTLP/HTTP as the OTEL_EXPORTER_OTLP_* and OTEL_BSP_*
+// variables say, with the resource OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES give
+// (service.name defaults to ragdemo).
+func tracerProvider(ctx context.Context) (*sdktrace.TracerProvider, error) {
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
+	}
+	res, err := resource.Merge(resource.NewSchemaless(attribute.String("service.name", "ragdemo")), resource.Environment())
+	if err != nil {
+		return nil, fmt.Errorf("OpenTelemetry resource: %w", err)
+	}
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
 }

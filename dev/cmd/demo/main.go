@@ -31,13 +31,19 @@ func command() *service.Command {
 		"The driver behind scripts/demo, run from the repository root; its detailed log goes to .cache/demo/driver.log\n"+
 		"at --log.level in --log.format.")
 	once := c.Flags.Bool("once", false, "tear down at the end; exit 1 if an expected alert did not arrive")
+	appReport := c.Flags.String("app-report", "app.record", "how ragdemo reports its requests: app.record (published to NATS), otel (OpenTelemetry spans to the collector only) or both")
 	c.Run = func(ctx context.Context, _ *slog.Logger, args []string) error {
-		return run(ctx, c.Options(), *once, args)
+		switch *appReport {
+		case "app.record", "otel", "both":
+		default:
+			return service.UsageError(fmt.Errorf("--app-report=%q: want app.record, otel or both", *appReport))
+		}
+		return run(ctx, c.Options(), *once, *appReport, args)
 	}
 	return c
 }
 
-func run(ctx context.Context, o service.Options, once bool, args []string) error {
+func run(ctx context.Context, o service.Options, once bool, appReport string, args []string) error {
 	root, err := os.Getwd()
 	if err != nil {
 		return err
@@ -53,8 +59,8 @@ func run(ctx context.Context, o service.Options, once bool, args []string) error
 	}
 	base := demo.DefaultPortBase
 	if v := os.Getenv("SERVESCOPE_DEMO_PORT_BASE"); v != "" {
-		if base, err = strconv.Atoi(v); err != nil || base < 1024 || base > 65535-8 {
-			return service.UsageError(fmt.Errorf("SERVESCOPE_DEMO_PORT_BASE=%q: want a port number from 1024 to 65527", v))
+		if base, err = strconv.Atoi(v); err != nil || base < 1024 || base > 65535-9 {
+			return service.UsageError(fmt.Errorf("SERVESCOPE_DEMO_PORT_BASE=%q: want a port number from 1024 to 65526", v))
 		}
 	}
 	if err := os.MkdirAll(filepath.Join(root, ".cache", "demo"), 0o755); err != nil {
@@ -74,6 +80,7 @@ func run(ctx context.Context, o service.Options, once bool, args []string) error
 		Database:        envOr("SERVESCOPE_DEMO_DATABASE", "servescope_demo"),
 		Prefix:          envOr("SERVESCOPE_DEMO_PREFIX", "servescope_demo"),
 		KeepDevServices: os.Getenv("SERVESCOPE_DEMO_KEEP_DEV_SERVICES") != "",
+		AppReport:       appReport,
 		Out:             os.Stdout,
 		Log:             log,
 	})

@@ -25,6 +25,7 @@ import (
 	"github.com/servescope/servescope/internal/service"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/schema/publish"
+	"github.com/servescope/servescope/services/collector/apptrace"
 	"github.com/servescope/servescope/services/collector/logship"
 	"github.com/servescope/servescope/services/collector/otlp"
 	"github.com/servescope/servescope/services/collector/scrape"
@@ -75,6 +76,18 @@ type Config struct {
 	SpoolFsync string `env:"COLLECTOR_SPOOL_FSYNC" envDefault:"interval"`
 	// ShutdownTimeout bounds the flush of queued events at exit.
 	ShutdownTimeout time.Duration `env:"COLLECTOR_SHUTDOWN_TIMEOUT" envDefault:"10s"`
+
+	// AppSpans turns applications' spans (OpenTelemetry GenAI, OpenInference, OpenLLMetry)
+	// received on the OTLP listeners into app.records (package apptrace); false ignores them.
+	AppSpans bool `env:"COLLECTOR_APP_SPANS" envDefault:"true"`
+	// AppMaxTraces bounds the application traces waiting for their root.
+	AppMaxTraces int `env:"COLLECTOR_APP_MAX_TRACES" envDefault:"10000"`
+	// AppMaxSpansPerTrace bounds the spans kept per application trace.
+	AppMaxSpansPerTrace int `env:"COLLECTOR_APP_MAX_SPANS_PER_TRACE" envDefault:"512"`
+	// AppMaxBytes bounds the facts kept for all waiting application traces (at least 2 MiB).
+	AppMaxBytes int64 `env:"COLLECTOR_APP_MAX_BYTES" envDefault:"67108864"`
+	// AppTraceWait is how long an application trace waits for its root span.
+	AppTraceWait time.Duration `env:"COLLECTOR_APP_TRACE_WAIT" envDefault:"30s"`
 }
 
 // Validate implements config.Validator.
@@ -99,6 +112,20 @@ func (c *Config) Validate() error {
 	case "always", "interval", "never":
 	default:
 		errs = append(errs, fmt.Errorf("COLLECTOR_SPOOL_FSYNC: want always, interval or never, got %q", c.SpoolFsync))
+	}
+	if c.AppSpans {
+		if c.AppMaxTraces <= 0 {
+			errs = append(errs, fmt.Errorf("COLLECTOR_APP_MAX_TRACES: must be positive, got %d", c.AppMaxTraces))
+		}
+		if c.AppMaxSpansPerTrace <= 0 {
+			errs = append(errs, fmt.Errorf("COLLECTOR_APP_MAX_SPANS_PER_TRACE: must be positive, got %d", c.AppMaxSpansPerTrace))
+		}
+		if c.AppMaxBytes < 2*apptrace.MaxTraceBytes {
+			errs = append(errs, fmt.Errorf("COLLECTOR_APP_MAX_BYTES: must be at least %d (two traces' worth), got %d", 2*apptrace.MaxTraceBytes, c.AppMaxBytes))
+		}
+		if c.AppTraceWait <= 0 {
+			errs = append(errs, fmt.Errorf("COLLECTOR_APP_TRACE_WAIT: must be positive, got %s", c.AppTraceWait))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -194,6 +221,7 @@ type Collector struct {
 	loc      *time.Location
 	scraper  *scrape.Scraper
 	receiver *otlp.Receiver
+	apps     *apptrace.Assembler
 	logs     *logship.Metrics
 	state    *logship.State
 	ready    *service.Readiness
@@ -226,7 +254,18 @@ func New(cfg Config, pub Publisher, log *slog.Logger, reg *prometheus.Registry) 
 	if err != nil {
 		return nil, err
 	}
-	c.receiver, err = otlp.NewReceiver(pub, cfg.SpanNaming(), log.With("component", "otlp"), reg)
+	var opts []otlp.Option
+	if cfg.AppSpans {
+		c.apps, err = apptrace.NewAssembler(apptrace.Config{
+			MaxTraces: cfg.AppMaxTraces, MaxSpansPerTrace: cfg.AppMaxSpansPerTrace,
+			MaxBytes: cfg.AppMaxBytes, MaxWait: cfg.AppTraceWait,
+		}, pub, log.With("component", "apptrace"), reg)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, otlp.WithAppSpans(c.apps))
+	}
+	c.receiver, err = otlp.NewReceiver(pub, cfg.SpanNaming(), log.With("component", "otlp"), reg, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -303,6 +342,11 @@ func (c *Collector) Run(ctx context.Context) error {
 	if c.httpLn != nil {
 		g.AddContext("otlp http", func(ctx context.Context) error { return c.receiver.ServeHTTPOn(ctx, c.httpLn) })
 	}
+	if c.apps != nil {
+		// Added after the OTLP servers, so it stops after them: its closing flush publishes the
+		// traces their last exports started, before the caller closes the publisher.
+		g.AddContext("app traces", c.apps.Run)
+	}
 	for _, lf := range ParseLogFiles(c.cfg.LogFiles, c.cfg.EngineName()) {
 		sh := logship.NewShipper(c.pub, lf.Engine, lf.Path, c.loc, nil, c.logs, c.log.With("component", "logship"))
 		fl := &logship.Follower{Path: lf.Path, State: c.state, Poll: c.cfg.LogPollInterval}
@@ -316,6 +360,6 @@ func (c *Collector) Run(ctx context.Context) error {
 	c.log.Info("collector running",
 		"targets", len(c.cfg.Targets), "scrape_interval", c.cfg.ScrapeInterval.String(),
 		"otlp_grpc", c.OTLPGRPCAddr(), "otlp_http", c.OTLPHTTPAddr(), "metrics", c.MetricsAddr(),
-		"log_files", len(c.cfg.LogFiles))
+		"log_files", len(c.cfg.LogFiles), "app_spans", c.cfg.AppSpans)
 	return g.Run(ctx)
 }

@@ -264,6 +264,10 @@ func TestConfigValidate(t *testing.T) {
 		{map[string]string{"COLLECTOR_TARGETS": "localhost:8000/metrics"}, "COLLECTOR_TARGETS"},
 		{map[string]string{"COLLECTOR_LOG_TIMEZONE": "Mars/Olympus"}, "COLLECTOR_LOG_TIMEZONE"},
 		{map[string]string{"COLLECTOR_SPOOL_FSYNC": "sometimes"}, "COLLECTOR_SPOOL_FSYNC"},
+		{map[string]string{"COLLECTOR_APP_MAX_TRACES": "0"}, "COLLECTOR_APP_MAX_TRACES"},
+		{map[string]string{"COLLECTOR_APP_MAX_SPANS_PER_TRACE": "-1"}, "COLLECTOR_APP_MAX_SPANS_PER_TRACE"},
+		{map[string]string{"COLLECTOR_APP_MAX_BYTES": "1048576"}, "COLLECTOR_APP_MAX_BYTES"},
+		{map[string]string{"COLLECTOR_APP_TRACE_WAIT": "0s"}, "COLLECTOR_APP_TRACE_WAIT"},
 	} {
 		_, err := config.LoadFrom[Config](tc.env)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -271,8 +275,12 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 	cfg := loadConfig(t, map[string]string{"COLLECTOR_TARGETS": "http://a:8000/metrics"})
-	if cfg.ScrapeInterval != time.Second || cfg.OTLPGRPCAddr != ":4317" || cfg.OTLPHTTPAddr != ":4318" || cfg.EngineName() != "http://a:8000/metrics" {
+	if cfg.ScrapeInterval != time.Second || cfg.OTLPGRPCAddr != ":4317" || cfg.OTLPHTTPAddr != ":4318" || cfg.EngineName() != "http://a:8000/metrics" ||
+		!cfg.AppSpans || cfg.AppMaxTraces != 10000 || cfg.AppMaxSpansPerTrace != 512 || cfg.AppMaxBytes != 64<<20 || cfg.AppTraceWait != 30*time.Second {
 		t.Errorf("defaults: %+v", cfg)
+	}
+	if _, err := config.LoadFrom[Config](map[string]string{"COLLECTOR_APP_SPANS": "false", "COLLECTOR_APP_MAX_TRACES": "0"}); err != nil {
+		t.Errorf("bounds of a disabled application path are not checked: %v", err)
 	}
 	if got := ParseLogFiles([]string{"/var/log/a.log", "b=/var/log/b.log"}, "x"); len(got) != 2 || got[0].Engine != "x" || got[1] != (LogFile{"b", "/var/log/b.log"}) {
 		t.Errorf("log files %+v", got)

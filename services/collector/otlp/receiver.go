@@ -33,11 +33,27 @@ type Publisher interface {
 // MaxBodyBytes bounds an HTTP export request's body (after decompression).
 const MaxBodyBytes = 32 << 20
 
-// Receiver turns OTLP trace exports into engine.span events.
+// AppSpans takes the spans of an export that are not vLLM's request spans: applications'
+// spans (package apptrace's Assembler turns them into app.records).
+type AppSpans interface {
+	// Consume reads the spans of td for which skip is false and returns how many it used. It
+	// never fails an export.
+	Consume(td ptrace.Traces, skip func(ptrace.Span) bool) (used int)
+}
+
+// Option configures a Receiver.
+type Option func(*Receiver)
+
+// WithAppSpans hands the spans that are not vLLM's request spans to apps.
+func WithAppSpans(apps AppSpans) Option { return func(r *Receiver) { r.apps = apps } }
+
+// Receiver turns OTLP trace exports into engine.span events, and hands applications' spans to
+// its AppSpans.
 type Receiver struct {
 	ptraceotlp.UnimplementedGRPCServer
 	pub    Publisher
 	naming Naming
+	apps   AppSpans
 	log    *slog.Logger
 	spans  *prometheus.CounterVec
 	skews  prometheus.Counter
@@ -59,8 +75,8 @@ const MaxClockAhead = time.Minute
 
 // NewReceiver returns a receiver publishing to pub; naming chooses each span's engine name (see
 // Naming). reg, when not nil, gets servescope_collector_spans_total{result} (published,
-// rejected, ignored).
-func NewReceiver(pub Publisher, naming Naming, log *slog.Logger, reg prometheus.Registerer) (*Receiver, error) {
+// rejected, app, ignored).
+func NewReceiver(pub Publisher, naming Naming, log *slog.Logger, reg prometheus.Registerer, opts ...Option) (*Receiver, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -68,13 +84,16 @@ func NewReceiver(pub Publisher, naming Naming, log *slog.Logger, reg prometheus.
 		pub: pub, naming: naming, log: log, overridden: map[string]bool{},
 		spans: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "servescope_collector_spans_total",
-			Help: "OTLP spans received, by result: published (an engine.span), rejected (a request span that could not be converted or published), ignored (not a vLLM request span; logged at debug).",
+			Help: "OTLP spans received, by result: published (an engine.span), rejected (a vLLM request span that could not be converted or published), app (an application span used for an app.record), ignored (neither; logged at debug).",
 		}, []string{"result"}),
 		skews: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "servescope_collector_span_clock_corrections_total",
 			Help: "Spans that ended more than a minute in the future by the collector's clock and were moved to end at their arrival.",
 		}),
 		now: time.Now,
+	}
+	for _, o := range opts {
+		o(r)
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{r.spans, r.skews} {
@@ -86,11 +105,15 @@ func NewReceiver(pub Publisher, naming Naming, log *slog.Logger, reg prometheus.
 	return r, nil
 }
 
-// Consume publishes an engine.span for every vLLM request span in td. It returns how many spans
-// were rejected, with the first reason. Every span is counted in servescope_collector_spans_total:
-// spans of other kinds (vLLM main's start-up and worker spans, a client's own spans sent to the
+// Consume publishes an engine.span for every vLLM request span in td and hands the other spans
+// to the receiver's AppSpans. It returns how many vLLM request spans were rejected, with the
+// first reason: an application span never fails an export. Every span is counted in
+// servescope_collector_spans_total: spans neither vLLM's request spans nor used by the
+// application path (vLLM main's start-up and worker spans, other services' spans sent to the
 // same endpoint) are ignored and logged at debug level.
 func (r *Receiver) Consume(td ptrace.Traces) (rejected int64, reason string) {
+	others := 0
+	debug := r.log.Enabled(context.Background(), slog.LevelDebug)
 	rss := td.ResourceSpans()
 	for i := 0; i < rss.Len(); i++ {
 		rs := rss.At(i)
@@ -102,9 +125,15 @@ func (r *Receiver) Consume(td ptrace.Traces) (rejected int64, reason string) {
 			for k := 0; k < spans.Len(); k++ {
 				s := spans.At(k)
 				if !IsRequestSpan(s) {
-					r.spans.WithLabelValues("ignored").Inc()
-					r.log.Debug("span ignored: not a vLLM request span", "name", s.Name(), "scope", scope,
-						"span_id", s.SpanID().String(), "trace_id", s.TraceID().String())
+					others++
+					if debug {
+						msg := "span ignored: not a vLLM request span"
+						if r.apps != nil {
+							msg = "not a vLLM request span: offered to the application path"
+						}
+						r.log.Debug(msg, "name", s.Name(), "scope", scope,
+							"span_id", s.SpanID().String(), "trace_id", s.TraceID().String())
+					}
 					continue
 				}
 				ev, err := Convert(rs.Resource(), s, r.naming)
@@ -124,6 +153,14 @@ func (r *Receiver) Consume(td ptrace.Traces) (rejected int64, reason string) {
 				r.spans.WithLabelValues("published").Inc()
 			}
 		}
+	}
+	if others > 0 {
+		used := 0
+		if r.apps != nil {
+			used = r.apps.Consume(td, IsRequestSpan)
+		}
+		r.spans.WithLabelValues("app").Add(float64(used))
+		r.spans.WithLabelValues("ignored").Add(float64(others - used))
 	}
 	return rejected, reason
 }

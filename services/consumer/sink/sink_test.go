@@ -110,11 +110,13 @@ func TestInsertEventsEveryKind(t *testing.T) {
 	var ids []string
 	var scores []float64
 	var top *float64
-	if err := conn.QueryRow(ctx, "SELECT passage_ids, retrieval_scores, retrieval_top_score FROM app_records ORDER BY request_id LIMIT 1").Scan(&ids, &scores, &top); err != nil {
+	var traceID string
+	if err := conn.QueryRow(ctx, "SELECT passage_ids, retrieval_scores, retrieval_top_score, trace_id FROM app_records ORDER BY request_id LIMIT 1").Scan(&ids, &scores, &top, &traceID); err != nil {
 		t.Fatal(err)
 	}
-	if len(ids) != 2 || ids[0] != "doc-1#3" || len(scores) != 2 || scores[0] != 0.82 || top == nil || *top != 0.82 {
-		t.Errorf("app_records row: ids=%v scores=%v top=%v", ids, scores, top)
+	if len(ids) != 2 || ids[0] != "doc-1#3" || len(scores) != 2 || scores[0] != 0.82 || top == nil || *top != 0.82 ||
+		traceID != eventgen.Event(schema.KindAppRecord, 1, base).(*schema.AppRecord).TraceID {
+		t.Errorf("app_records row: ids=%v scores=%v top=%v trace_id=%q", ids, scores, top, traceID)
 	}
 	var le float64
 	var sum float64

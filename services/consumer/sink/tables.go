@@ -124,7 +124,7 @@ func tableDefs() map[schema.Kind]*table {
 		schema.KindAppRecord: {
 			name: TableAppRecords,
 			columns: []string{
-				"event_id", "request_id", "ts", "app", "model", "passage_ids", "retrieval_scores",
+				"event_id", "request_id", "trace_id", "ts", "app", "model", "passage_ids", "retrieval_scores",
 				"passage_sources", "retrieval_top_score", "retrieval_s", "embedding_model_version",
 				"index_version", "prompt_version", "config_version", "cache_hit", "cache_kind",
 				"citation_count", "citations_missing", "output_foreign_chars", "output_script_violation",
@@ -139,7 +139,7 @@ func tableDefs() map[schema.Kind]*table {
 					ids[i], scores[i], sources[i] = p.ID, p.Score, p.Source
 				}
 				return append(dst,
-					e.EventID, e.RequestID, e.TS, e.App, e.Model, ids, scores,
+					e.EventID, e.RequestID, e.TraceID, e.TS, e.App, e.Model, ids, scores,
 					sources, e.RetrievalTopScore, e.RetrievalSeconds, e.EmbeddingModelVersion,
 					e.IndexVersion, e.PromptVersion, e.ConfigVersion, e.CacheHit, e.CacheKind,
 					e.CitationCount, e.CitationsMissing, e.OutputForeignChars, e.OutputScriptViolation,

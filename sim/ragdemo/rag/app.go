@@ -1,6 +1,8 @@
 // Package rag is the demo application: retrieval-augmented answers over a small built-in corpus,
-// sent through the servescope gateway, with one app.record per request describing what only the
-// application knows (passages and scores, versions, cache, citation and language checks).
+// sent through the servescope gateway, describing each request with what only the application
+// knows (passages and scores, versions, cache, citation and language checks) in either or both of
+// two ways: one app.record published with schema/publish, and OpenTelemetry spans shaped by the
+// GenAI semantic conventions (otel.go), which the collector turns into the same app.record.
 package rag
 
 import (
@@ -16,6 +18,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/schema/scriptcheck"
@@ -52,6 +57,8 @@ type Config struct {
 	CacheSize int
 	// Timeout bounds one call to the gateway.
 	Timeout time.Duration
+	// TracerProvider, when set, gets the spans of each request (otel.go); nil sends none.
+	TracerProvider trace.TracerProvider
 }
 
 // App answers questions.
@@ -63,9 +70,11 @@ type App struct {
 	client   *http.Client
 	pub      Publisher
 	script   *scriptcheck.Checker
+	tracer   trace.Tracer
 }
 
-// New builds the index with the configured index embedding model.
+// New builds the index with the configured index embedding model. pub, when not nil, gets one
+// app.record per request.
 func New(cfg Config, pub Publisher, client *http.Client) (*App, error) {
 	if cfg.EmbeddingDim <= 0 || cfg.TopK <= 0 || cfg.MaxTokens <= 0 {
 		return nil, fmt.Errorf("ragdemo: embedding dim, top k and max tokens must be positive")
@@ -81,6 +90,7 @@ func New(cfg Config, pub Publisher, client *http.Client) (*App, error) {
 		client: client,
 		pub:    pub,
 		script: checker,
+		tracer: tracer(cfg.TracerProvider),
 	}
 	a.SetQueryEmbeddingModel(cfg.QueryEmbeddingModel)
 	return a, nil
@@ -114,19 +124,25 @@ type HitResult struct {
 var citationRE = regexp.MustCompile(`\[(\d{1,2})\]`)
 
 // Ask answers question: retrieve, prompt the model through the gateway with requestID as
-// X-Request-Id, check the answer, and publish one app.record whatever happened.
+// X-Request-Id (and the chat span's W3C trace context), check the answer, and report the request
+// whatever happened: one app.record and the request's spans.
 func (a *App) Ask(ctx context.Context, requestID, question string) (Answer, error) {
 	start := time.Now()
 	emb := a.queryEmb.Load()
+	ctx, root := a.startRequest(ctx, requestID, emb.Version)
 	rec := schema.NewAppRecord(requestID, "ragdemo", start)
 	rec.Model = a.cfg.Model
 	rec.EmbeddingModelVersion = emb.Version
 	rec.IndexVersion = a.index.Version
 	rec.PromptVersion = a.cfg.PromptVersion
 	rec.ConfigVersion = a.cfg.ConfigVersion
+	rec.TraceID = traceID(ctx)
 	defer func() {
-		rec.TS = time.Now().UTC()
-		_ = a.pub.Publish(rec) // invalid only by a bug here; Publish logs and never blocks
+		endRequest(root, rec)
+		if a.pub != nil {
+			rec.TS = time.Now().UTC()
+			_ = a.pub.Publish(rec) // invalid only by a bug here; Publish logs and never blocks
+		}
 	}()
 
 	key := emb.Version + "\x00" + strings.Join(Words(question), " ")
@@ -136,12 +152,15 @@ func (a *App) Ask(ctx context.Context, requestID, question string) (Answer, erro
 		rec.CacheHit, rec.CacheKind = &hit, "exact"
 		cached.RequestID, cached.CacheHit = requestID, true
 		a.describe(rec, cached)
+		a.cachedRetrievalSpan(ctx, cached.Passages)
 		return cached, nil
 	}
 	rec.CacheHit, rec.CacheKind = &hit, "exact"
 
+	a.embedSpan(ctx, emb.Version)
+	qv := emb.Embed(question)
 	t0 := time.Now()
-	hits := a.index.Search(emb.Embed(question), a.cfg.TopK)
+	hits := a.index.Search(qv, a.cfg.TopK)
 	retrieval := time.Since(t0).Seconds()
 	rec.RetrievalSeconds = &retrieval
 	ans := Answer{RequestID: requestID}
@@ -150,6 +169,7 @@ func (a *App) Ask(ctx context.Context, requestID, question string) (Answer, erro
 		passages[i] = schema.Passage{ID: h.Passage.ID, Score: h.Score, Source: h.Passage.Title}
 		ans.Passages = append(ans.Passages, HitResult{ID: h.Passage.ID, Title: h.Passage.Title, Score: h.Score})
 	}
+	a.retrievalSpan(ctx, t0, ans.Passages)
 	rec.SetPassages(passages)
 	if len(hits) > 0 {
 		ans.TopScore = hits[0].Score
@@ -190,8 +210,24 @@ func (a *App) describe(rec *schema.AppRecord, ans Answer) {
 	}
 }
 
-// complete sends the prompt to the gateway's chat completions endpoint.
+// complete sends the prompt to the gateway's chat completions endpoint, inside the chat span.
 func (a *App) complete(ctx context.Context, requestID, question string, hits []Hit) (string, error) {
+	ctx, span := a.startChat(ctx)
+	res, err := a.chat(ctx, requestID, question, hits)
+	endChat(span, res, err)
+	return res.text, err
+}
+
+// chatResult is what the gateway's answer says.
+type chatResult struct {
+	text, id, model, finishReason  string
+	promptTokens, completionTokens int
+	cachedTokens                   int // -1: no usage.prompt_tokens_details
+	haveUsage                      bool
+}
+
+// chat makes the call of complete.
+func (a *App) chat(ctx context.Context, requestID, question string, hits []Hit) (chatResult, error) {
 	var sb strings.Builder
 	sb.WriteString("Answer the question using only the passages below. Cite passages as [n].\n\n")
 	for i, h := range hits {
@@ -206,13 +242,13 @@ func (a *App) complete(ctx context.Context, requestID, question string, hits []H
 		},
 	})
 	if err != nil {
-		return "", fmt.Errorf("encode chat request: %w", err)
+		return chatResult{}, fmt.Errorf("encode chat request: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(a.cfg.GatewayURL, "/")+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
-		return "", fmt.Errorf("build chat request: %w", err)
+		return chatResult{}, fmt.Errorf("build chat request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-Id", requestID)
@@ -221,30 +257,48 @@ func (a *App) complete(ctx context.Context, requestID, question string, hits []H
 	req.Header.Set("X-Servescope-Config-Version", a.cfg.ConfigVersion)
 	req.Header.Set("X-Servescope-Index-Version", a.index.Version)
 	req.Header.Set("X-Servescope-Embedding-Model", a.queryEmb.Load().Version)
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := a.client.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("call gateway: %w", err)
+		return chatResult{}, fmt.Errorf("call gateway: %w", err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if err != nil {
-		return "", fmt.Errorf("read gateway answer: %w", err)
+		return chatResult{}, fmt.Errorf("read gateway answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("gateway answered %d: %s", resp.StatusCode, schema.Truncate(string(raw), 512))
+		return chatResult{}, fmt.Errorf("gateway answered %d: %s", resp.StatusCode, schema.Truncate(string(raw), 512))
 	}
 	var out struct {
+		ID      string `json:"id"`
+		Model   string `json:"model"`
 		Choices []struct {
 			Message struct {
 				Content string `json:"content"`
 			} `json:"message"`
+			FinishReason string `json:"finish_reason"`
 		} `json:"choices"`
+		Usage *struct {
+			PromptTokens        int `json:"prompt_tokens"`
+			CompletionTokens    int `json:"completion_tokens"`
+			PromptTokensDetails *struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
-		return "", fmt.Errorf("decode gateway answer: %w", err)
+		return chatResult{}, fmt.Errorf("decode gateway answer: %w", err)
 	}
 	if len(out.Choices) == 0 {
-		return "", errors.New("gateway answer has no choices")
+		return chatResult{}, errors.New("gateway answer has no choices")
 	}
-	return out.Choices[0].Message.Content, nil
+	res := chatResult{text: out.Choices[0].Message.Content, id: out.ID, model: out.Model, finishReason: out.Choices[0].FinishReason, cachedTokens: -1}
+	if u := out.Usage; u != nil {
+		res.haveUsage, res.promptTokens, res.completionTokens = true, u.PromptTokens, u.CompletionTokens
+		if u.PromptTokensDetails != nil {
+			res.cachedTokens = u.PromptTokensDetails.CachedTokens
+		}
+	}
+	return res, nil
 }
