@@ -34,15 +34,17 @@ func main() {
 	engines := flag.Int("engines", 4, "vLLM engines")
 	seed := flag.Uint64("seed", 1, "random seed")
 	chunk := flag.Uint64("chunk", 2_000_000, "requests per INSERT")
+	sampleInterval := flag.Duration("sample-interval", time.Second, "the collector's scrape period per engine")
+	logInterval := flag.Duration("log-interval", 10*time.Second, "vLLM's stats line period per engine")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(log, *database, *requests, *span, *endFlag, *fromFlag, *engines, *seed, *chunk); err != nil {
+	if err := run(log, *database, *requests, *span, *endFlag, *fromFlag, *engines, *seed, *chunk, *sampleInterval, *logInterval); err != nil {
 		log.Error("history", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(log *slog.Logger, database string, requests uint64, span time.Duration, endFlag, fromFlag string, engines int, seed, chunk uint64) error {
+func run(log *slog.Logger, database string, requests uint64, span time.Duration, endFlag, fromFlag string, engines int, seed, chunk uint64, sampleInterval, logInterval time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	end := time.Now().UTC()
@@ -54,6 +56,7 @@ func run(log *slog.Logger, database string, requests uint64, span time.Duration,
 	}
 	spec := history.Normal(end, span, requests)
 	spec.Engines, spec.Seed = engines, seed
+	spec.SampleInterval, spec.StatsLogInterval = sampleInterval, logInterval
 	opt := history.Options{ChunkRequests: chunk, Progress: func(table string, rows uint64) {
 		log.Info("generated", "table", table, "rows", rows)
 	}}
