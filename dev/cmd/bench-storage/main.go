@@ -1,0 +1,253 @@
+// Command benchstorage measures the bytes on disk per request and per engine-hour that servescope's
+// tables take after merges, with the schema before and after the compression codecs of migration
+// 000013, side by side in one run (scripts/bench storage).
+//
+// Method. A private ClickHouse server (the dev build, on free ports, its data in a temporary
+// directory: the shared dev server's other databases would blur its parts) gets two databases: one
+// migrated to the version before 000013 (every migration up, then that one down) and one migrated
+// to the latest. Both get the same generated history (dev/history: -requests over -span, four
+// engines scraped every second, vLLM's stats line every 10 s, a normal day's shape), then
+// OPTIMIZE TABLE … FINAL on every table, so each is the one merged part per day it settles to.
+// Figures come from system.parts (bytes_on_disk of active parts) and system.parts_columns:
+//
+//   - bytes per request: requests_started + requests + app_records + engine_spans, ÷ requests;
+//   - bytes per engine-hour: engine_samples + engine_logs, ÷ (engines × hours);
+//   - id bytes per request: the columns holding random ids (event, request, trace, span, response
+//     ids), the floor no codec can go below, since a random id is its own information content;
+//   - the read cost: the detector's kind of query (TTFT quantiles over the window's
+//     request_facts_window) timed -reads times on each database, interleaved, median.
+//
+// Target: bytes per request after ≤ -target × before. The last line is one JSON object with every
+// figure, the ratios and targets_met; the exit status is 1 when the target is missed, 2 when the
+// benchmark could not run. The figures come from a shared, loaded machine only in the read times:
+// bytes on disk do not depend on load.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/servescope/servescope/dev/benchkit"
+	"github.com/servescope/servescope/dev/history"
+	"github.com/servescope/servescope/internal/chstore"
+	"github.com/servescope/servescope/internal/config"
+)
+
+type settings struct {
+	requests uint64
+	span     time.Duration
+	reads    int
+	target   float64
+	addr     string
+}
+
+func main() {
+	var s settings
+	flag.Uint64Var(&s.requests, "requests", 100_000, "requests in the generated history")
+	flag.DurationVar(&s.span, "span", time.Hour, "the history's span (engine samples and logs: 4 engines over it)")
+	flag.IntVar(&s.reads, "reads", 5, "timed reads per database (median)")
+	flag.Float64Var(&s.target, "target", 0.5, "max bytes per request after ÷ before")
+	flag.StringVar(&s.addr, "addr", "", "use this ClickHouse (native host:port) instead of a private server")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	met, err := run(log, s)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-storage:", err)
+		os.Exit(2)
+	}
+	if !met {
+		os.Exit(1)
+	}
+}
+
+// requestTables hold one row (or about one) per request; engineTables rows per engine and time.
+var (
+	requestTables = []string{"requests_started", "requests", "app_records", "engine_spans"}
+	engineTables  = []string{"engine_samples", "engine_logs"}
+	idColumns     = []string{"event_id", "request_id", "trace_id", "span_id", "response_id", "engine_request_id"}
+)
+
+type variant struct {
+	name   string
+	cfg    config.ClickHouse
+	conn   driver.Conn
+	tables map[string]tableSize
+	reads  []time.Duration
+}
+
+type tableSize struct {
+	Rows        uint64 `json:"rows"`
+	BytesOnDisk uint64 `json:"bytes_on_disk"`
+	IDBytes     uint64 `json:"id_bytes"`
+}
+
+func run(log *slog.Logger, s settings) (bool, error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg, err := config.Load[config.ClickHouse]()
+	if err != nil {
+		return false, err
+	}
+	if s.addr == "" {
+		root, err := os.Getwd()
+		if err != nil {
+			return false, err
+		}
+		ch, err := benchkit.StartPrivateClickHouse(ctx, root, "", log)
+		if err != nil {
+			return false, err
+		}
+		defer ch.Stop()
+		s.addr = ch.Addr()
+	}
+	cfg.Addr = []string{s.addr}
+	spec := history.Normal(time.Now().UTC().Truncate(time.Hour), s.span, s.requests)
+	stamp := time.Now().UTC().Format("150405")
+	vs := []*variant{{name: "before"}, {name: "after"}}
+	for _, v := range vs {
+		v.cfg = cfg
+		v.cfg.Database = "bench_storage_" + v.name + "_" + stamp
+		if err := prepare(ctx, log, v, spec); err != nil {
+			return false, err
+		}
+		defer func() {
+			_ = v.conn.Exec(context.Background(), "DROP DATABASE IF EXISTS `"+v.cfg.Database+"`")
+			v.conn.Close()
+		}()
+	}
+	// The detector's kind of read, interleaved so outside load falls on both alike.
+	q := "SELECT quantiles(0.5, 0.9, 0.99)(ttft_s), avg(e2e_s), count() FROM request_facts_window(from = {from:String}, to = {to:String}) WHERE status_code = 200"
+	qctx := clickhouse.Context(ctx, clickhouse.WithParameters(clickhouse.Parameters{
+		"from": spec.Start().Format("2006-01-02 15:04:05"), "to": spec.End.Add(time.Hour).Format("2006-01-02 15:04:05")}),
+		clickhouse.WithSettings(clickhouse.Settings{"use_query_cache": 0}))
+	for i := 0; i < s.reads; i++ {
+		for _, v := range vs {
+			t0 := time.Now()
+			var qs []float64
+			var avg float64
+			var n uint64
+			if err := v.conn.QueryRow(qctx, q).Scan(&qs, &avg, &n); err != nil {
+				return false, fmt.Errorf("%s: timed read: %w", v.name, err)
+			}
+			v.reads = append(v.reads, time.Since(t0))
+		}
+	}
+	return report(s, spec, vs[0], vs[1])
+}
+
+func prepare(ctx context.Context, log *slog.Logger, v *variant, spec history.Spec) error {
+	g, err := chstore.NewMigrator(ctx, v.cfg)
+	if err != nil {
+		return fmt.Errorf("%s: %w", v.name, err)
+	}
+	err = g.Up()
+	if err == nil && v.name == "before" {
+		err = g.Down(1)
+	}
+	if cerr := g.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%s: migrate: %w", v.name, err)
+	}
+	if v.conn, err = chstore.Open(ctx, v.cfg); err != nil {
+		return err
+	}
+	if err := history.ExtendRetention(ctx, v.conn, spec); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	counts, err := spec.Generate(ctx, v.conn, history.Options{})
+	if err != nil {
+		return fmt.Errorf("%s: generate: %w", v.name, err)
+	}
+	log.Info("generated", "database", v.cfg.Database, "rows", counts, "took", time.Since(t0).Round(time.Second))
+	v.tables = map[string]tableSize{}
+	for _, t := range append(cloned(requestTables), engineTables...) {
+		if err := v.conn.Exec(ctx, "OPTIMIZE TABLE "+t+" FINAL"); err != nil {
+			return fmt.Errorf("%s: optimize %s: %w", v.name, t, err)
+		}
+		var ts tableSize
+		if err := v.conn.QueryRow(ctx, "SELECT sum(rows), sum(bytes_on_disk) FROM system.parts WHERE database = currentDatabase() AND table = {t:String} AND active",
+			clickhouse.Named("t", t)).Scan(&ts.Rows, &ts.BytesOnDisk); err != nil {
+			return fmt.Errorf("%s: size of %s: %w", v.name, t, err)
+		}
+		if err := v.conn.QueryRow(ctx, "SELECT sum(column_data_compressed_bytes) FROM system.parts_columns WHERE database = currentDatabase() AND table = {t:String} AND active AND column IN {ids:Array(String)}",
+			clickhouse.Named("t", t), clickhouse.Named("ids", idColumns)).Scan(&ts.IDBytes); err != nil {
+			return fmt.Errorf("%s: id columns of %s: %w", v.name, t, err)
+		}
+		v.tables[t] = ts
+	}
+	return nil
+}
+
+func cloned(s []string) []string { return append([]string(nil), s...) }
+
+func report(s settings, spec history.Spec, before, after *variant) (bool, error) {
+	engineHours := float64(spec.Engines) * spec.Span.Hours()
+	per := func(v *variant) (perRequest, idPerRequest, perEngineHour float64) {
+		var req, ids, eng uint64
+		for _, t := range requestTables {
+			req += v.tables[t].BytesOnDisk
+			ids += v.tables[t].IDBytes
+		}
+		for _, t := range engineTables {
+			eng += v.tables[t].BytesOnDisk
+		}
+		n := float64(spec.Requests)
+		return float64(req) / n, float64(ids) / n, float64(eng) / engineHours
+	}
+	bReq, bIDs, bEng := per(before)
+	aReq, aIDs, aEng := per(after)
+	ratio := benchkit.Round(aReq/bReq, 3)
+	bRead, aRead := benchkit.Median(ms(before.reads)), benchkit.Median(ms(after.reads))
+	out := map[string]any{
+		"bench": "storage", "requests": spec.Requests, "span_h": spec.Span.Hours(), "engines": spec.Engines,
+		"before_bytes_per_request": benchkit.Round(bReq, 1), "after_bytes_per_request": benchkit.Round(aReq, 1),
+		"before_id_bytes_per_request": benchkit.Round(bIDs, 1), "after_id_bytes_per_request": benchkit.Round(aIDs, 1),
+		"before_bytes_per_engine_hour": benchkit.Round(bEng, 0), "after_bytes_per_engine_hour": benchkit.Round(aEng, 0),
+		"bytes_per_request_ratio":       ratio,
+		"bytes_per_engine_hour_ratio":   benchkit.Round(aEng/bEng, 3),
+		"after_mb_per_million_requests": benchkit.Round(aReq, 1), // bytes per request × 1e6 ÷ 1e6
+		"before_read_ms":                bRead, "after_read_ms": aRead, "read_ratio": benchkit.Round(aRead/bRead, 3),
+		"before_tables": before.tables, "after_tables": after.tables,
+		"load_avg_1m":                    benchkit.LoadAvg(),
+		"target_bytes_per_request_ratio": s.target,
+	}
+	met := ratio <= s.target
+	if !met {
+		out["notes"] = fmt.Sprintf("random ids take %.0f of the %.0f bytes per request after the codecs (%.0f%%): at their information content, no codec lowers them, so half of %.0f bytes cannot hold without storing fewer ids",
+			aIDs, aReq, 100*aIDs/aReq, bReq)
+	}
+	out["targets_met"] = met
+	fmt.Printf("bytes/request before %.1f after %.1f (×%.3f) | ids %.1f → %.1f | bytes/engine-hour before %.0f after %.0f (×%.3f) | read before %.1f ms after %.1f ms | load %.1f\n",
+		bReq, aReq, ratio, bIDs, aIDs, bEng, aEng, aEng/bEng, bRead, aRead, benchkit.LoadAvg())
+	for _, t := range append(cloned(requestTables), engineTables...) {
+		b, a := before.tables[t], after.tables[t]
+		fmt.Printf("  %-17s %9d rows  %10d → %10d bytes (×%.3f)\n", t, a.Rows, b.BytesOnDisk, a.BytesOnDisk, float64(a.BytesOnDisk)/float64(b.BytesOnDisk))
+	}
+	line, err := json.Marshal(out)
+	if err != nil {
+		return false, err
+	}
+	fmt.Println(string(line))
+	return met, nil
+}
+
+func ms(d []time.Duration) []float64 {
+	out := make([]float64, len(d))
+	for i, x := range d {
+		out[i] = benchkit.Ms(x)
+	}
+	return out
+}
