@@ -427,3 +427,36 @@ func chHTTP(t *testing.T, s *servers.ClickHouseServer, query string) string {
 	}
 	return strings.TrimRight(string(body), "\n")
 }
+
+// Every node of a cluster listens for routes on its own port and solicits every other node's,
+// never its own; a node without a stable name is refused, as JetStream's peers know it by name.
+func TestNATSClusterRoutesEveryNodeToTheOthers(t *testing.T) {
+	base := func(name string, port int) servers.NATS {
+		return servers.NATS{Bin: "nats-server", Port: port, MonitorPort: port + 1, StoreDir: "/s/" + name, ServerName: name, Log: "/l/" + name}
+	}
+	nodes, err := servers.NATSCluster("c", []servers.NATS{base("a", 4001), base("b", 4011), base("c", 4021)}, []int{6001, 6011, 6021})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{
+		{"--cluster", "nats://127.0.0.1:6001", "--cluster_name", "c", "--routes", "nats://127.0.0.1:6011,nats://127.0.0.1:6021"},
+		{"--cluster", "nats://127.0.0.1:6011", "--cluster_name", "c", "--routes", "nats://127.0.0.1:6001,nats://127.0.0.1:6021"},
+		{"--cluster", "nats://127.0.0.1:6021", "--cluster_name", "c", "--routes", "nats://127.0.0.1:6001,nats://127.0.0.1:6011"},
+	}
+	for i, n := range nodes {
+		args := n.Args()
+		if got := args[len(args)-6:]; strings.Join(got, " ") != strings.Join(want[i], " ") {
+			t.Errorf("node %s: cluster arguments %q, want %q", n.ServerName, got, want[i])
+		}
+	}
+	if got, want := servers.ClientURLs(nodes), "nats://127.0.0.1:4001,nats://127.0.0.1:4011,nats://127.0.0.1:4021"; got != want {
+		t.Errorf("ClientURLs = %q, want %q", got, want)
+	}
+	unnamed := base("", 4031)
+	if _, err := servers.NATSCluster("c", []servers.NATS{base("a", 4001), unnamed}, []int{6001, 6031}); err == nil {
+		t.Error("a cluster node without ServerName was accepted")
+	}
+	if _, err := servers.NATSCluster("c", []servers.NATS{base("a", 4001)}, []int{6001, 6011}); err == nil {
+		t.Error("a cluster with more ports than nodes was accepted")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/servescope/servescope/dev/proc"
 	"github.com/servescope/servescope/dev/servers"
@@ -219,3 +220,106 @@ func freePort(t testing.TB) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// NATSCluster is a private JetStream cluster of nats-server nodes on 127.0.0.1, each a
+// [NATSServer] that can be killed and restarted on its ports and store.
+type NATSCluster struct {
+	t     testing.TB
+	Nodes []*NATSServer
+}
+
+// StartNATSCluster starts a private cluster of n nats-server nodes with JetStream, routed to each
+// other on free loopback ports, and returns once every node answers /healthz (the JetStream meta
+// leader is elected and known to all).
+func StartNATSCluster(t testing.TB, n int) *NATSCluster {
+	t.Helper()
+	in := installed(t)
+	dir := t.TempDir()
+	name := "testenv-" + strconv.Itoa(freePort(t))
+	nodes := make([]servers.NATS, n)
+	clusterPorts := make([]int, n)
+	for i := range nodes {
+		node := "n" + strconv.Itoa(i+1)
+		nodes[i] = servers.NATS{
+			Bin:           in.NATSServer,
+			Port:          freePort(t),
+			MonitorPort:   freePort(t),
+			StoreDir:      filepath.Join(dir, node, "jetstream"),
+			ServerName:    name + "-" + node,
+			Log:           filepath.Join(dir, node, "nats-server.log"),
+			DieWithCaller: true,
+		}
+		clusterPorts[i] = freePort(t)
+	}
+	nodes, err := servers.NATSCluster(name, nodes, clusterPorts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &NATSCluster{t: t}
+	for _, cfg := range nodes {
+		s, err := servers.NewNATS(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		supervise(t, s.Process)
+		c.Nodes = append(c.Nodes, &NATSServer{t: t, s: s})
+	}
+	// A node is ready (JetStream on) before its peers run; all start before any is waited on.
+	errs := make(chan error, n)
+	for _, node := range c.Nodes {
+		go func() { errs <- node.s.Start(t.Context()) }()
+	}
+	for range c.Nodes {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.WaitHealthy(2 * time.Minute)
+	return c
+}
+
+// URL is every node's client URL, comma-separated (SERVESCOPE_NATS_URL's form).
+func (c *NATSCluster) URL() string {
+	cfgs := make([]servers.NATS, len(c.Nodes))
+	for i, n := range c.Nodes {
+		cfgs[i] = n.s.Config()
+	}
+	return servers.ClientURLs(cfgs)
+}
+
+// Node returns the node whose server name is name, or nil.
+func (c *NATSCluster) Node(name string) *NATSServer {
+	for _, n := range c.Nodes {
+		if n.Name() == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// WaitHealthy waits until every running node answers 200 on /healthz, failing the test after
+// timeout with the last answer.
+func (c *NATSCluster) WaitHealthy(timeout time.Duration) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(c.t.Context(), timeout)
+	defer cancel()
+	for _, n := range c.Nodes {
+		if !n.s.Running() {
+			continue
+		}
+		for {
+			err := n.s.Config().ClusterHealthy(ctx)
+			if err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				c.t.Fatalf("NATS node %s not healthy after %s: %v", n.Name(), timeout, err)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// Name is the server's name (the node's name in JetStream's cluster information).
+func (n *NATSServer) Name() string { return n.s.Config().ServerName }
