@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -104,9 +105,19 @@ func StartClickHouseUsers(t testing.TB, usersXML string) *ClickHouseServer {
 
 func startClickHouse(t testing.TB, usersFile string) *ClickHouseServer {
 	t.Helper()
+	cfg := clickHouseConfig(t)
+	cfg.UsersFile = usersFile
+	c := newClickHouse(t, cfg)
+	c.Start()
+	return c
+}
+
+// clickHouseConfig describes a private server on two free loopback ports under t.TempDir().
+func clickHouseConfig(t testing.TB) servers.ClickHouse {
+	t.Helper()
 	in := installed(t)
 	dir := t.TempDir()
-	s, err := servers.NewClickHouse(servers.ClickHouse{
+	return servers.ClickHouse{
 		Launcher:       in.Chlaunch,
 		Lib:            in.Libchdb,
 		TCPPort:        freePort(t),
@@ -115,17 +126,50 @@ func startClickHouse(t testing.TB, usersFile string) *ClickHouseServer {
 		ConfigFile:     filepath.Join(dir, "config.xml"),
 		EngineLog:      filepath.Join(dir, "clickhouse-server.log"),
 		EngineErrorLog: filepath.Join(dir, "clickhouse-server.err.log"),
-		UsersFile:      usersFile,
 		Log:            filepath.Join(dir, "clickhouse.log"),
 		DieWithCaller:  true,
-	})
+	}
+}
+
+func newClickHouse(t testing.TB, cfg servers.ClickHouse) *ClickHouseServer {
+	t.Helper()
+	s, err := servers.NewClickHouse(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &ClickHouseServer{t: t, s: s}
 	supervise(t, s.Process)
-	c.Start()
-	return c
+	return &ClickHouseServer{t: t, s: s}
+}
+
+// StartClickHouseShards starts shards private ClickHouse servers, one replica per shard, each
+// configured with the cluster name in its remote_servers (every server, in order, one shard) and
+// the macros shard (01, 02, ...) and replica (r1). A Distributed table over name on any of them
+// reaches them all.
+//
+// database, when set, is the replicas' default_database (see servers.ClickHouse.ClusterDatabase).
+func StartClickHouseShards(t testing.TB, name, database string, shards int) []*ClickHouseServer {
+	t.Helper()
+	cfgs := make([]servers.ClickHouse, shards)
+	layout := make([][]string, shards)
+	for i := range cfgs {
+		cfgs[i] = clickHouseConfig(t)
+		layout[i] = []string{cfgs[i].Addr()}
+	}
+	out := make([]*ClickHouseServer, shards)
+	errs := make(chan error, shards)
+	for i := range cfgs {
+		cfgs[i].Clusters = map[string][][]string{name: layout}
+		cfgs[i].ClusterDatabase = database
+		cfgs[i].Macros = map[string]string{"shard": fmt.Sprintf("%02d", i+1), "replica": "r1"}
+		out[i] = newClickHouse(t, cfgs[i])
+		go func() { errs <- out[i].s.Start(t.Context()) }()
+	}
+	for range out {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
 }
 
 // Addr is the native protocol address, 127.0.0.1:<port>, for clickhouse-go.
