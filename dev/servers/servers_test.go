@@ -460,3 +460,49 @@ func TestNATSClusterRoutesEveryNodeToTheOthers(t *testing.T) {
 		t.Error("a cluster with more ports than nodes was accepted")
 	}
 }
+
+// A cluster description becomes the engine's remote_servers (shards in order, each replica with
+// the cluster's default database) and macros; a name that cannot be an XML element is refused.
+func TestClickHouseConfigDescribesTheCluster(t *testing.T) {
+	dir := t.TempDir()
+	c := servers.ClickHouse{
+		Launcher: "chlaunch", Lib: "libchdb.so", TCPPort: 1, HTTPPort: 2,
+		DataDir: filepath.Join(dir, "data"), ConfigFile: filepath.Join(dir, "config.xml"),
+		EngineLog: filepath.Join(dir, "e.log"), EngineErrorLog: filepath.Join(dir, "err.log"), Log: filepath.Join(dir, "out.log"),
+		Clusters:        map[string][][]string{"obs": {{"127.0.0.1:9001"}, {"127.0.0.1:9002", "127.0.0.1:9003"}}},
+		ClusterDatabase: "obs_local",
+		Macros:          map[string]string{"shard": "02", "replica": "r1"},
+	}
+	if err := c.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(c.ConfigFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := strings.Join(strings.Fields(string(raw)), "")
+	for _, want := range []string{
+		"<remote_servers><obs><shard><internal_replication>true</internal_replication>" +
+			"<replica><host>127.0.0.1</host><port>9001</port><default_database>obs_local</default_database></replica></shard>" +
+			"<shard><internal_replication>true</internal_replication>" +
+			"<replica><host>127.0.0.1</host><port>9002</port><default_database>obs_local</default_database></replica>" +
+			"<replica><host>127.0.0.1</host><port>9003</port><default_database>obs_local</default_database></replica></shard></obs></remote_servers>",
+		"<macros><replica>r1</replica><shard>02</shard></macros>",
+	} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("config lacks %s:\n%s", want, raw)
+		}
+	}
+	for _, bad := range []servers.ClickHouse{
+		{Clusters: map[string][][]string{"a b": {{"127.0.0.1:1"}}}},
+		{Clusters: map[string][][]string{"obs": {{}}}},
+		{Clusters: map[string][][]string{"obs": {{"127.0.0.1"}}}},
+		{Macros: map[string]string{"<x>": "1"}},
+	} {
+		b := c
+		b.Clusters, b.Macros = bad.Clusters, bad.Macros
+		if err := b.Prepare(); err == nil {
+			t.Errorf("Prepare accepted clusters %v macros %v", bad.Clusters, bad.Macros)
+		}
+	}
+}
