@@ -21,6 +21,12 @@ func newMigrateCmd() *cobra.Command {
 		if err != nil {
 			return nil, err
 		}
+		if cfg.Cluster != "" {
+			// Each node's local database has its own version table: address it directly.
+			return nil, fmt.Errorf("on a cluster (SERVESCOPE_CLICKHOUSE_CLUSTER=%s) only `migrate up` runs over every node; "+
+				"for this command name one node and its local database: SERVESCOPE_CLICKHOUSE_ADDR=<node> "+
+				"SERVESCOPE_CLICKHOUSE_DATABASE=%s, SERVESCOPE_CLICKHOUSE_CLUSTER unset", cfg.Cluster, chstore.LocalDatabase(cfg))
+		}
 		if create {
 			return chstore.NewMigrator(cmd.Context(), cfg)
 		}
@@ -28,9 +34,21 @@ func newMigrateCmd() *cobra.Command {
 	}
 	up := &cobra.Command{
 		Use:   "up",
-		Short: "Create the database if needed and apply every pending migration (no-op when up to date)",
+		Short: "Create the database if needed and apply every pending migration (no-op when up to date); on a cluster, on every node",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load[config.ClickHouse]()
+			if err != nil {
+				return err
+			}
+			if cfg.Cluster != "" {
+				if err := chstore.MigrateSharded(cmd.Context(), cfg); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "sharded schema on cluster %s: %d nodes migrated (%s), Distributed tables in %s\n",
+					cfg.Cluster, len(cfg.Addr), chstore.LocalDatabase(cfg), cfg.Database)
+				return nil
+			}
 			g, err := open(cmd, true)
 			if err != nil {
 				return err
