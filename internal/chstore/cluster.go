@@ -47,8 +47,7 @@ const byRequest = "cityHash64(request_id)"
 // engine, so that the engine views' per-engine windows stay shard-local; the detector's tables
 // by their de-duplication keys. A Distributed table cannot pass parameters to a view: the
 // parameterized views (request_facts_window, engine_requests, app_requests,
-// engine_window_histograms, engine_window_averages) are read on every shard with the
-// clusterAllReplicas or cluster table function over view(SELECT ... FROM <local>.name(...)).
+// engine_window_histograms, engine_window_averages) have wrappers instead (ParameterizedViews).
 var ShardedObjects = []ShardedObject{
 	{"requests_started", byRequest},
 	{"requests", byRequest},
@@ -63,11 +62,17 @@ var ShardedObjects = []ShardedObject{
 	{"engine_timeline", ""},
 }
 
-// ParameterizedViews are the schema's views that take parameters: not Distributed tables (see
-// ShardedObjects), read on every shard through the cluster table function.
+// ParameterizedViews are the schema's views that take parameters, all of them from and to
+// (DateTime64(6, 'UTC')). A Distributed table cannot pass parameters, so the sharded schema
+// has, under each of these names, a parameterized view of the same parameters that runs the
+// local one on every shard through the cluster table function and unites the answers: each
+// groups by request or by engine, which the sharding keys keep on one shard.
 var ParameterizedViews = []string{
 	"engine_window_histograms", "engine_window_averages", "engine_requests", "app_requests", "request_facts_window",
 }
+
+// windowArgs passes a parameterized view's parameters on to the local view it wraps.
+const windowArgs = "from = {from:DateTime64(6, 'UTC')}, to = {to:DateTime64(6, 'UTC')}"
 
 // MigrateSharded applies every pending migration to the local database of each node of
 // cfg.Addr, one node at a time, then (re)creates the Distributed tables of ShardedObjects in
@@ -124,6 +129,13 @@ func createDistributed(ctx context.Context, cfg config.ClickHouse) error {
 		q := fmt.Sprintf("CREATE OR REPLACE TABLE `%s`.`%s` AS `%s`.`%s` ENGINE = Distributed(%s)", cfg.Database, o.Name, local, o.Name, args)
 		if err := conn.Exec(ctx, q); err != nil {
 			return fmt.Errorf("create Distributed table %s.%s over cluster %s: %w", cfg.Database, o.Name, cfg.Cluster, err)
+		}
+	}
+	for _, name := range ParameterizedViews {
+		q := fmt.Sprintf("CREATE OR REPLACE VIEW `%s`.`%s` AS SELECT * FROM cluster('%s', view(SELECT * FROM `%s`.`%s`(%s)))",
+			cfg.Database, name, cfg.Cluster, local, name, windowArgs)
+		if err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("create view %s.%s over cluster %s: %w", cfg.Database, name, cfg.Cluster, err)
 		}
 	}
 	return nil
