@@ -6,10 +6,13 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,6 +51,19 @@ type ClickHouse struct {
 	// read-only access storage: CREATE USER fails there. It must keep a `default` user without
 	// password, which the readiness check uses.
 	UsersFile string
+	// Clusters, when set, is the config's <remote_servers>: each cluster's shards, each shard's
+	// replicas by native-protocol address (host:port). A Distributed table names one of them.
+	// Shards declare internal_replication, so with Replicated tables a Distributed insert goes to
+	// one replica of a shard and replication does the rest.
+	Clusters map[string][][]string
+	// ClusterDatabase, when set, is every replica's <default_database>: the current database of
+	// the queries a Distributed table sends to the shards. Views whose queries name parameterized
+	// views (table functions, which are resolved in the current database at run time, not when
+	// the view was created) need it to be the database holding them.
+	ClusterDatabase string
+	// Macros, when set, is the config's <macros> (e.g. shard, replica): the values
+	// {shard} and {replica} take in Replicated table paths and in ON CLUSTER DDL.
+	Macros map[string]string
 
 	// Log receives the launcher's output; PidFile, when set, records its pid (see proc.Spec).
 	Log, PidFile string
@@ -111,6 +127,26 @@ func (c ClickHouse) check() error {
 			return fmt.Errorf("servers: ClickHouse.%s is empty", f.name)
 		}
 	}
+	for name, shards := range c.Clusters {
+		if !xmlNameRE.MatchString(name) || len(shards) == 0 {
+			return fmt.Errorf("servers: ClickHouse cluster %q: want a plain name and at least one shard", name)
+		}
+		for _, shard := range shards {
+			if len(shard) == 0 {
+				return fmt.Errorf("servers: ClickHouse cluster %s has a shard without replicas", name)
+			}
+			for _, addr := range shard {
+				if _, _, err := net.SplitHostPort(addr); err != nil {
+					return fmt.Errorf("servers: ClickHouse cluster %s: replica %q is not host:port", name, addr)
+				}
+			}
+		}
+	}
+	for k := range c.Macros {
+		if !xmlNameRE.MatchString(k) {
+			return fmt.Errorf("servers: ClickHouse macro %q is not a plain name", k)
+		}
+	}
 	if c.TCPPort <= 0 || c.HTTPPort <= 0 {
 		return fmt.Errorf("servers: ClickHouse ports %d and %d: want both set", c.TCPPort, c.HTTPPort)
 	}
@@ -151,6 +187,33 @@ func (c ClickHouse) config() string {
 	b.WriteString("    </logger>\n")
 	if c.UsersFile != "" {
 		fmt.Fprintf(&b, "    <user_directories>\n        <users_xml><path>%s</path></users_xml>\n    </user_directories>\n", xmlText(c.UsersFile))
+	}
+	if len(c.Clusters) > 0 {
+		b.WriteString("    <remote_servers>\n")
+		for _, name := range slices.Sorted(maps.Keys(c.Clusters)) {
+			fmt.Fprintf(&b, "        <%s>\n", name)
+			for _, shard := range c.Clusters[name] {
+				b.WriteString("            <shard>\n                <internal_replication>true</internal_replication>\n")
+				for _, addr := range shard {
+					host, port, _ := net.SplitHostPort(addr)
+					db := ""
+					if c.ClusterDatabase != "" {
+						db = "<default_database>" + xmlText(c.ClusterDatabase) + "</default_database>"
+					}
+					fmt.Fprintf(&b, "                <replica><host>%s</host><port>%s</port>%s</replica>\n", xmlText(host), xmlText(port), db)
+				}
+				b.WriteString("            </shard>\n")
+			}
+			fmt.Fprintf(&b, "        </%s>\n", name)
+		}
+		b.WriteString("    </remote_servers>\n")
+	}
+	if len(c.Macros) > 0 {
+		b.WriteString("    <macros>\n")
+		for _, k := range slices.Sorted(maps.Keys(c.Macros)) {
+			fmt.Fprintf(&b, "        <%s>%s</%s>\n", k, xmlText(c.Macros[k]), k)
+		}
+		b.WriteString("    </macros>\n")
 	}
 	b.WriteString("</clickhouse>\n")
 	return b.String()
@@ -204,6 +267,9 @@ func (s *ClickHouseServer) Addr() string { return s.cfg.Addr() }
 
 // HTTPURL is the HTTP interface's base URL; it stays valid across restarts.
 func (s *ClickHouseServer) HTTPURL() string { return s.cfg.HTTPURL() }
+
+// xmlNameRE is what a cluster or macro name, which becomes an XML element, may be.
+var xmlNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // frameLine matches a stack frame of the engine's fatal-signal report ("<Fatal> BaseDaemon: 3. ...").
 var frameLine = regexp.MustCompile(`<Fatal> [A-Za-z]+: [0-9]+\. `)

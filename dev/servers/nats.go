@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/servescope/servescope/dev/proc"
@@ -27,6 +28,15 @@ type NATS struct {
 	// nats-server has no flag for it, so it goes into ConfigFile, which is then required.
 	MaxPayloadBytes int
 	ConfigFile      string
+
+	// ClusterPort, when set, makes the server a node of the cluster ClusterName: it takes routes
+	// from the other nodes on 127.0.0.1:<ClusterPort> and solicits Routes (their cluster URLs,
+	// nats://127.0.0.1:<port>). JetStream then runs clustered (Raft over the routes), which needs
+	// a ServerName that stays the same across restarts: a node is known to its peers by it.
+	// [NATSCluster] fills these for every node.
+	ClusterPort int
+	ClusterName string
+	Routes      []string
 
 	// Log receives the server's output; PidFile, when set, records its pid (see proc.Spec).
 	Log, PidFile string
@@ -65,7 +75,28 @@ func (n NATS) Args() []string {
 	if n.ServerName != "" {
 		args = append(args, "--server_name", n.ServerName)
 	}
+	if n.ClusterPort > 0 {
+		args = append(args, "--cluster", n.ClusterURL(), "--cluster_name", n.ClusterName)
+		if len(n.Routes) > 0 {
+			args = append(args, "--routes", strings.Join(n.Routes, ","))
+		}
+	}
 	return args
+}
+
+// ClusterURL is the URL other nodes route to, nats://127.0.0.1:<ClusterPort> ("" without one).
+func (n NATS) ClusterURL() string {
+	if n.ClusterPort <= 0 {
+		return ""
+	}
+	return "nats://127.0.0.1:" + strconv.Itoa(n.ClusterPort)
+}
+
+// ClusterHealthy succeeds when the server answers 200 on /healthz: beyond Healthy, a clustered
+// node then knows the JetStream meta leader and its streams and consumers are current.
+func (n NATS) ClusterHealthy(ctx context.Context) error {
+	_, err := httpGet(ctx, n.MonitorURL()+"/healthz")
+	return err
 }
 
 func (n NATS) check() error {
@@ -76,6 +107,8 @@ func (n NATS) check() error {
 		return fmt.Errorf("servers: NATS ports %d and %d: want both set", n.Port, n.MonitorPort)
 	case n.MaxPayloadBytes > 0 && n.ConfigFile == "":
 		return errors.New("servers: NATS.MaxPayloadBytes needs ConfigFile")
+	case n.ClusterPort > 0 && (n.ServerName == "" || n.ClusterName == ""):
+		return errors.New("servers: a NATS cluster node needs ServerName and ClusterName")
 	}
 	return nil
 }
@@ -137,3 +170,38 @@ func (s *NATSServer) Config() NATS { return s.cfg }
 
 // URL is the client URL; it stays valid across restarts.
 func (s *NATSServer) URL() string { return s.cfg.URL() }
+
+// NATSCluster makes nodes, each a complete single-server description with its own ServerName,
+// ports and StoreDir, into the nodes of one JetStream cluster called name: every node gets a
+// ClusterPort from clusterPorts (one per node, same order), the ClusterName, and Routes to every
+// other node. A cluster of 3 keeps streams at 3 replicas writable while any one node is down.
+func NATSCluster(name string, nodes []NATS, clusterPorts []int) ([]NATS, error) {
+	if len(clusterPorts) != len(nodes) {
+		return nil, fmt.Errorf("servers: %d NATS nodes but %d cluster ports", len(nodes), len(clusterPorts))
+	}
+	out := make([]NATS, len(nodes))
+	for i, n := range nodes {
+		n.ClusterName, n.ClusterPort, n.Routes = name, clusterPorts[i], nil
+		out[i] = n
+	}
+	for i := range out {
+		for j, peer := range out {
+			if j != i {
+				out[i].Routes = append(out[i].Routes, peer.ClusterURL())
+			}
+		}
+		if err := out[i].check(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// ClientURLs is the comma-separated client URLs of nodes, as SERVESCOPE_NATS_URL takes them.
+func ClientURLs(nodes []NATS) string {
+	urls := make([]string, len(nodes))
+	for i, n := range nodes {
+		urls[i] = n.URL()
+	}
+	return strings.Join(urls, ",")
+}

@@ -427,3 +427,82 @@ func chHTTP(t *testing.T, s *servers.ClickHouseServer, query string) string {
 	}
 	return strings.TrimRight(string(body), "\n")
 }
+
+// Every node of a cluster listens for routes on its own port and solicits every other node's,
+// never its own; a node without a stable name is refused, as JetStream's peers know it by name.
+func TestNATSClusterRoutesEveryNodeToTheOthers(t *testing.T) {
+	base := func(name string, port int) servers.NATS {
+		return servers.NATS{Bin: "nats-server", Port: port, MonitorPort: port + 1, StoreDir: "/s/" + name, ServerName: name, Log: "/l/" + name}
+	}
+	nodes, err := servers.NATSCluster("c", []servers.NATS{base("a", 4001), base("b", 4011), base("c", 4021)}, []int{6001, 6011, 6021})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{
+		{"--cluster", "nats://127.0.0.1:6001", "--cluster_name", "c", "--routes", "nats://127.0.0.1:6011,nats://127.0.0.1:6021"},
+		{"--cluster", "nats://127.0.0.1:6011", "--cluster_name", "c", "--routes", "nats://127.0.0.1:6001,nats://127.0.0.1:6021"},
+		{"--cluster", "nats://127.0.0.1:6021", "--cluster_name", "c", "--routes", "nats://127.0.0.1:6001,nats://127.0.0.1:6011"},
+	}
+	for i, n := range nodes {
+		args := n.Args()
+		if got := args[len(args)-6:]; strings.Join(got, " ") != strings.Join(want[i], " ") {
+			t.Errorf("node %s: cluster arguments %q, want %q", n.ServerName, got, want[i])
+		}
+	}
+	if got, want := servers.ClientURLs(nodes), "nats://127.0.0.1:4001,nats://127.0.0.1:4011,nats://127.0.0.1:4021"; got != want {
+		t.Errorf("ClientURLs = %q, want %q", got, want)
+	}
+	unnamed := base("", 4031)
+	if _, err := servers.NATSCluster("c", []servers.NATS{base("a", 4001), unnamed}, []int{6001, 6031}); err == nil {
+		t.Error("a cluster node without ServerName was accepted")
+	}
+	if _, err := servers.NATSCluster("c", []servers.NATS{base("a", 4001)}, []int{6001, 6011}); err == nil {
+		t.Error("a cluster with more ports than nodes was accepted")
+	}
+}
+
+// A cluster description becomes the engine's remote_servers (shards in order, each replica with
+// the cluster's default database) and macros; a name that cannot be an XML element is refused.
+func TestClickHouseConfigDescribesTheCluster(t *testing.T) {
+	dir := t.TempDir()
+	c := servers.ClickHouse{
+		Launcher: "chlaunch", Lib: "libchdb.so", TCPPort: 1, HTTPPort: 2,
+		DataDir: filepath.Join(dir, "data"), ConfigFile: filepath.Join(dir, "config.xml"),
+		EngineLog: filepath.Join(dir, "e.log"), EngineErrorLog: filepath.Join(dir, "err.log"), Log: filepath.Join(dir, "out.log"),
+		Clusters:        map[string][][]string{"obs": {{"127.0.0.1:9001"}, {"127.0.0.1:9002", "127.0.0.1:9003"}}},
+		ClusterDatabase: "obs_local",
+		Macros:          map[string]string{"shard": "02", "replica": "r1"},
+	}
+	if err := c.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(c.ConfigFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := strings.Join(strings.Fields(string(raw)), "")
+	for _, want := range []string{
+		"<remote_servers><obs><shard><internal_replication>true</internal_replication>" +
+			"<replica><host>127.0.0.1</host><port>9001</port><default_database>obs_local</default_database></replica></shard>" +
+			"<shard><internal_replication>true</internal_replication>" +
+			"<replica><host>127.0.0.1</host><port>9002</port><default_database>obs_local</default_database></replica>" +
+			"<replica><host>127.0.0.1</host><port>9003</port><default_database>obs_local</default_database></replica></shard></obs></remote_servers>",
+		"<macros><replica>r1</replica><shard>02</shard></macros>",
+	} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("config lacks %s:\n%s", want, raw)
+		}
+	}
+	for _, bad := range []servers.ClickHouse{
+		{Clusters: map[string][][]string{"a b": {{"127.0.0.1:1"}}}},
+		{Clusters: map[string][][]string{"obs": {{}}}},
+		{Clusters: map[string][][]string{"obs": {{"127.0.0.1"}}}},
+		{Macros: map[string]string{"<x>": "1"}},
+	} {
+		b := c
+		b.Clusters, b.Macros = bad.Clusters, bad.Macros
+		if err := b.Prepare(); err == nil {
+			t.Errorf("Prepare accepted clusters %v macros %v", bad.Clusters, bad.Macros)
+		}
+	}
+}

@@ -3,11 +3,13 @@ package testenv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/servescope/servescope/dev/proc"
 	"github.com/servescope/servescope/dev/servers"
@@ -103,9 +105,19 @@ func StartClickHouseUsers(t testing.TB, usersXML string) *ClickHouseServer {
 
 func startClickHouse(t testing.TB, usersFile string) *ClickHouseServer {
 	t.Helper()
+	cfg := clickHouseConfig(t)
+	cfg.UsersFile = usersFile
+	c := newClickHouse(t, cfg)
+	c.Start()
+	return c
+}
+
+// clickHouseConfig describes a private server on two free loopback ports under t.TempDir().
+func clickHouseConfig(t testing.TB) servers.ClickHouse {
+	t.Helper()
 	in := installed(t)
 	dir := t.TempDir()
-	s, err := servers.NewClickHouse(servers.ClickHouse{
+	return servers.ClickHouse{
 		Launcher:       in.Chlaunch,
 		Lib:            in.Libchdb,
 		TCPPort:        freePort(t),
@@ -114,17 +126,50 @@ func startClickHouse(t testing.TB, usersFile string) *ClickHouseServer {
 		ConfigFile:     filepath.Join(dir, "config.xml"),
 		EngineLog:      filepath.Join(dir, "clickhouse-server.log"),
 		EngineErrorLog: filepath.Join(dir, "clickhouse-server.err.log"),
-		UsersFile:      usersFile,
 		Log:            filepath.Join(dir, "clickhouse.log"),
 		DieWithCaller:  true,
-	})
+	}
+}
+
+func newClickHouse(t testing.TB, cfg servers.ClickHouse) *ClickHouseServer {
+	t.Helper()
+	s, err := servers.NewClickHouse(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &ClickHouseServer{t: t, s: s}
 	supervise(t, s.Process)
-	c.Start()
-	return c
+	return &ClickHouseServer{t: t, s: s}
+}
+
+// StartClickHouseShards starts shards private ClickHouse servers, one replica per shard, each
+// configured with the cluster name in its remote_servers (every server, in order, one shard) and
+// the macros shard (01, 02, ...) and replica (r1). A Distributed table over name on any of them
+// reaches them all.
+//
+// database, when set, is the replicas' default_database (see servers.ClickHouse.ClusterDatabase).
+func StartClickHouseShards(t testing.TB, name, database string, shards int) []*ClickHouseServer {
+	t.Helper()
+	cfgs := make([]servers.ClickHouse, shards)
+	layout := make([][]string, shards)
+	for i := range cfgs {
+		cfgs[i] = clickHouseConfig(t)
+		layout[i] = []string{cfgs[i].Addr()}
+	}
+	out := make([]*ClickHouseServer, shards)
+	errs := make(chan error, shards)
+	for i := range cfgs {
+		cfgs[i].Clusters = map[string][][]string{name: layout}
+		cfgs[i].ClusterDatabase = database
+		cfgs[i].Macros = map[string]string{"shard": fmt.Sprintf("%02d", i+1), "replica": "r1"}
+		out[i] = newClickHouse(t, cfgs[i])
+		go func() { errs <- out[i].s.Start(t.Context()) }()
+	}
+	for range out {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
 }
 
 // Addr is the native protocol address, 127.0.0.1:<port>, for clickhouse-go.
@@ -219,3 +264,106 @@ func freePort(t testing.TB) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// NATSCluster is a private JetStream cluster of nats-server nodes on 127.0.0.1, each a
+// [NATSServer] that can be killed and restarted on its ports and store.
+type NATSCluster struct {
+	t     testing.TB
+	Nodes []*NATSServer
+}
+
+// StartNATSCluster starts a private cluster of n nats-server nodes with JetStream, routed to each
+// other on free loopback ports, and returns once every node answers /healthz (the JetStream meta
+// leader is elected and known to all).
+func StartNATSCluster(t testing.TB, n int) *NATSCluster {
+	t.Helper()
+	in := installed(t)
+	dir := t.TempDir()
+	name := "testenv-" + strconv.Itoa(freePort(t))
+	nodes := make([]servers.NATS, n)
+	clusterPorts := make([]int, n)
+	for i := range nodes {
+		node := "n" + strconv.Itoa(i+1)
+		nodes[i] = servers.NATS{
+			Bin:           in.NATSServer,
+			Port:          freePort(t),
+			MonitorPort:   freePort(t),
+			StoreDir:      filepath.Join(dir, node, "jetstream"),
+			ServerName:    name + "-" + node,
+			Log:           filepath.Join(dir, node, "nats-server.log"),
+			DieWithCaller: true,
+		}
+		clusterPorts[i] = freePort(t)
+	}
+	nodes, err := servers.NATSCluster(name, nodes, clusterPorts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &NATSCluster{t: t}
+	for _, cfg := range nodes {
+		s, err := servers.NewNATS(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		supervise(t, s.Process)
+		c.Nodes = append(c.Nodes, &NATSServer{t: t, s: s})
+	}
+	// A node is ready (JetStream on) before its peers run; all start before any is waited on.
+	errs := make(chan error, n)
+	for _, node := range c.Nodes {
+		go func() { errs <- node.s.Start(t.Context()) }()
+	}
+	for range c.Nodes {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.WaitHealthy(2 * time.Minute)
+	return c
+}
+
+// URL is every node's client URL, comma-separated (SERVESCOPE_NATS_URL's form).
+func (c *NATSCluster) URL() string {
+	cfgs := make([]servers.NATS, len(c.Nodes))
+	for i, n := range c.Nodes {
+		cfgs[i] = n.s.Config()
+	}
+	return servers.ClientURLs(cfgs)
+}
+
+// Node returns the node whose server name is name, or nil.
+func (c *NATSCluster) Node(name string) *NATSServer {
+	for _, n := range c.Nodes {
+		if n.Name() == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// WaitHealthy waits until every running node answers 200 on /healthz, failing the test after
+// timeout with the last answer.
+func (c *NATSCluster) WaitHealthy(timeout time.Duration) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(c.t.Context(), timeout)
+	defer cancel()
+	for _, n := range c.Nodes {
+		if !n.s.Running() {
+			continue
+		}
+		for {
+			err := n.s.Config().ClusterHealthy(ctx)
+			if err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				c.t.Fatalf("NATS node %s not healthy after %s: %v", n.Name(), timeout, err)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// Name is the server's name (the node's name in JetStream's cluster information).
+func (n *NATSServer) Name() string { return n.s.Config().ServerName }

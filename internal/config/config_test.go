@@ -45,6 +45,7 @@ func TestInvalidValuesNameTheVariable(t *testing.T) {
 		{map[string]string{"SERVESCOPE_CLICKHOUSE_ADDR": "http://127.0.0.1:8123"}, "SERVESCOPE_CLICKHOUSE_ADDR: \"http://127.0.0.1:8123\" is not host:port"},
 		{map[string]string{"SERVESCOPE_CLICKHOUSE_DATABASE": "x; DROP TABLE y"}, "SERVESCOPE_CLICKHOUSE_DATABASE"},
 		{map[string]string{"SERVESCOPE_SUBJECT_PREFIX": "Bad.Prefix"}, "SERVESCOPE_SUBJECT_PREFIX"},
+		{map[string]string{"SERVESCOPE_CLICKHOUSE_CLUSTER": "two shards"}, "SERVESCOPE_CLICKHOUSE_CLUSTER"},
 		{map[string]string{"TEST_SERVICE_PORT": "eighty"}, "TEST_SERVICE_PORT: invalid value"},
 		{map[string]string{"SERVESCOPE_NATS_TLS_CERT": "/c.pem"}, "SERVESCOPE_NATS_TLS_CERT and SERVESCOPE_NATS_TLS_KEY"},
 	}
@@ -125,6 +126,27 @@ func TestConsumerSettings(t *testing.T) {
 		_, err := LoadFrom[withConsumer](map[string]string{env: bad[env]})
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s=%s: %v, want %q", env, bad[env], err, want)
+		}
+	}
+}
+
+// On a cluster every insert is synchronous, so that an acknowledged insert is on its shard; on one
+// server no setting is sent.
+func TestClickHouseClusterInsertsAreSynchronous(t *testing.T) {
+	for _, c := range []struct {
+		cluster string
+		want    any
+	}{{"", nil}, {"servescope", 1}} {
+		cfg, err := LoadFrom[ClickHouse](map[string]string{"SERVESCOPE_CLICKHOUSE_CLUSTER": c.cluster})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := cfg.Options()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := o.Settings["distributed_foreground_insert"]; got != c.want {
+			t.Errorf("cluster %q: distributed_foreground_insert = %v, want %v", c.cluster, got, c.want)
 		}
 	}
 }

@@ -229,6 +229,11 @@ type ClickHouse struct {
 	TLSCA string `env:"SERVESCOPE_CLICKHOUSE_TLS_CA"`
 	// DialTimeout bounds connecting.
 	DialTimeout time.Duration `env:"SERVESCOPE_CLICKHOUSE_DIAL_TIMEOUT" envDefault:"5s"`
+	// Cluster, when set, names the servers' remote_servers cluster the schema is sharded on:
+	// Database holds Distributed tables over per-node tables in Database_local (see chstore's
+	// MigrateSharded), and every insert is synchronous (distributed_foreground_insert=1), so
+	// an insert returns only once the target shard holds its rows. Empty: one server.
+	Cluster string `env:"SERVESCOPE_CLICKHOUSE_CLUSTER"`
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
@@ -247,6 +252,9 @@ func (c *ClickHouse) Validate() error {
 	if !identRE.MatchString(c.Database) {
 		return fmt.Errorf("SERVESCOPE_CLICKHOUSE_DATABASE: %q is not a plain identifier", c.Database)
 	}
+	if c.Cluster != "" && !identRE.MatchString(c.Cluster) {
+		return fmt.Errorf("SERVESCOPE_CLICKHOUSE_CLUSTER: %q is not a plain identifier", c.Cluster)
+	}
 	return nil
 }
 
@@ -261,6 +269,12 @@ func (c *ClickHouse) Options() (*clickhouse.Options, error) {
 		Auth:        clickhouse.Auth{Database: c.Database, Username: c.User, Password: password},
 		DialTimeout: c.DialTimeout,
 		Compression: &clickhouse.Compression{Method: clickhouse.CompressionLZ4},
+	}
+	if c.Cluster != "" {
+		// An insert into a Distributed table otherwise returns once the rows are queued on the
+		// node that took it, before the shard holds them: the consumer would acknowledge
+		// messages whose rows a node's loss can still take.
+		o.Settings = clickhouse.Settings{"distributed_foreground_insert": 1}
 	}
 	if c.TLS || c.TLSCA != "" {
 		cfg, err := tlsConfig(c.TLSCA, "", "", "SERVESCOPE_CLICKHOUSE_TLS")

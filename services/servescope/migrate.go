@@ -21,6 +21,12 @@ func newMigrateCmd() *cobra.Command {
 		if err != nil {
 			return nil, err
 		}
+		if cfg.Cluster != "" {
+			// Each node's local database has its own version table: address it directly.
+			return nil, fmt.Errorf("on a cluster (SERVESCOPE_CLICKHOUSE_CLUSTER=%s) only `migrate up` runs over every node; "+
+				"for this command name one node and its local database: SERVESCOPE_CLICKHOUSE_ADDR=<node> "+
+				"SERVESCOPE_CLICKHOUSE_DATABASE=%s, SERVESCOPE_CLICKHOUSE_CLUSTER unset", cfg.Cluster, chstore.LocalDatabase(cfg))
+		}
 		if create {
 			return chstore.NewMigrator(cmd.Context(), cfg)
 		}
@@ -30,12 +36,28 @@ func newMigrateCmd() *cobra.Command {
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Set up servescope: the ClickHouse schema, then the JetStream streams and durable consumer (no-op when up to date)",
-		Long: "Creates the ClickHouse database if needed and applies every pending migration, then runs\n" +
+		Long: "Creates the ClickHouse database if needed and applies every pending migration (with\n" +
+			"SERVESCOPE_CLICKHOUSE_CLUSTER set: on every node, with Distributed tables), then runs\n" +
 			"`servescope streams up`: creates the events and dead-letter streams and the consumer's durable\n" +
 			"consumer, or updates them to SERVESCOPE_STREAM_* and CONSUMER_* (see the README). The services only\n" +
 			"check these resources; this command is their one owner.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load[config.ClickHouse]()
+			if err != nil {
+				return err
+			}
+			if cfg.Cluster != "" {
+				if err := chstore.MigrateSharded(cmd.Context(), cfg); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "sharded schema on cluster %s: %d nodes migrated (%s), Distributed tables in %s\n",
+					cfg.Cluster, len(cfg.Addr), chstore.LocalDatabase(cfg), cfg.Database)
+				if !withStreams {
+					return nil
+				}
+				return streamsUp(cmd)
+			}
 			g, err := open(cmd, true)
 			if err != nil {
 				return err
