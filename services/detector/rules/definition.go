@@ -27,6 +27,7 @@ import (
 	"bytes"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"path"
 	"regexp"
 	"sort"
@@ -47,8 +48,19 @@ type Definition struct {
 	Interval Duration `yaml:"interval"`
 	// Window is the length of the evaluated period ending at the evaluation time.
 	Window Duration `yaml:"window"`
-	// For is how long a row must keep firing before the alert fires (a hold; zero fires at once).
+	// For is how long a row must keep firing before the alert fires (a hold; zero fires at once),
+	// as Prometheus's `for`: the alert is pending until then, and a row that stops firing while
+	// pending drops it without a notification.
 	For Duration `yaml:"for"`
+	// KeepFiringFor keeps a firing alert firing this long after its row stopped firing, as
+	// Prometheus's `keep_firing_for`: a row that fires again within it continues the same alert
+	// (same startsAt) instead of resolving it and opening a new one.
+	KeepFiringFor Duration `yaml:"keep_firing_for"`
+	// Labels are added to every alert of the rule (e.g. team: serving) for Alertmanager's routing;
+	// they replace a row label of the same name. alertname and severity cannot be set here.
+	Labels map[string]string `yaml:"labels"`
+	// RunbookURL, when set, is the alerts' runbook_url annotation.
+	RunbookURL string `yaml:"runbook_url"`
 	// Baseline says which earlier period the window is compared with.
 	Baseline Baseline `yaml:"baseline"`
 	// Params are thresholds and other constants, bound as query parameters of the same name.
@@ -97,6 +109,8 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 var (
 	nameRE  = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 	paramRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	// labelRE is Prometheus's label name syntax, which Alertmanager's matchers expect.
+	labelRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 )
 
 // reservedParams are bound by the evaluator and may not be set in a rule's params.
@@ -127,8 +141,21 @@ func (d *Definition) validate() error {
 	if d.Window <= 0 {
 		return fmt.Errorf("rule %s: window must be positive", d.Name)
 	}
-	if d.Interval < 0 || d.For < 0 {
-		return fmt.Errorf("rule %s: interval and for must not be negative", d.Name)
+	if d.Interval < 0 || d.For < 0 || d.KeepFiringFor < 0 {
+		return fmt.Errorf("rule %s: interval, for and keep_firing_for must not be negative", d.Name)
+	}
+	for k := range d.Labels {
+		if !labelRE.MatchString(k) || strings.HasPrefix(k, "__") {
+			return fmt.Errorf("rule %s: label name %q: must match %s and not start with __", d.Name, k, labelRE)
+		}
+		if k == "alertname" || k == "severity" {
+			return fmt.Errorf("rule %s: label %s is set from the rule's name and severity, not from labels", d.Name, k)
+		}
+	}
+	if d.RunbookURL != "" {
+		if u, err := url.Parse(d.RunbookURL); err != nil || u.Scheme == "" || u.Host == "" {
+			return fmt.Errorf("rule %s: runbook_url %q: want an absolute URL", d.Name, d.RunbookURL)
+		}
 	}
 	if d.Baseline.Length == 0 {
 		d.Baseline.Length = Duration(24 * time.Hour)
