@@ -107,7 +107,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 			stop()
 		}
 	}()
-	log.Info("detector running", "rules", len(defs), "interval", cfg.Interval, "webhooks", len(cfg.WebhookURLs))
+	log.Info("detector running", "rules", len(defs), "interval", cfg.Interval, "webhooks", len(cfg.WebhookURLs), "alertmanagers", len(cfg.AlertmanagerURLs))
 	d.Run(ctx)
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
