@@ -149,3 +149,49 @@ func TestResendEveryEvaluation(t *testing.T) {
 		t.Errorf("resent %s, want %s", got, wantResent)
 	}
 }
+
+// With hysteresis a firing alert stays firing while its row keeps firing (in flight still above
+// the resolve limit though no longer rising), and resolves once the row does neither; keep_firing
+// alone never starts an alert nor advances a pending one.
+func TestHysteresisHoldsOnlyFiringAlerts(t *testing.T) {
+	type row struct{ firing, keep bool }
+	cases := []struct {
+		name string
+		hold time.Duration
+		rows []row
+		want []string
+	}{
+		{"held while above the resolve limit", 0,
+			[]row{{true, true}, {false, true}, {false, true}, {false, false}, {false, true}},
+			[]string{"firing", "firing", "firing", "resolved", "resolved"}},
+		{"keep_firing starts nothing", 0,
+			[]row{{false, true}, {false, true}}, []string{"gone", "gone"}},
+		{"keep_firing does not advance a pending alert", time.Minute,
+			[]row{{true, true}, {false, true}, {true, true}}, []string{"pending", "gone", "pending"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := scripted{rows: map[time.Time][]rules.Sample{}}
+			for i, r := range tc.rows {
+				smp := firingRow(float64(i), map[string]string{"kind": "in_flight"})
+				smp.Firing, smp.KeepFiring = r.firing, r.keep
+				s.rows[tick(i)] = []rules.Sample{smp}
+			}
+			r := NewRule(def(tc.hold), s)
+			var got []string
+			for i := range tc.rows {
+				if _, err := r.Eval(context.Background(), tick(i)); err != nil {
+					t.Fatal(err)
+				}
+				st := "gone"
+				if as := r.Alerts(); len(as) == 1 {
+					st = as[0].StateName()
+				}
+				got = append(got, st)
+			}
+			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+				t.Fatalf("states %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

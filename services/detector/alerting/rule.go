@@ -54,7 +54,7 @@ func (r *Rule) Eval(ctx context.Context, ts time.Time) ([]*Alert, error) {
 	var changed []*Alert
 	seen := map[string]bool{}
 	for _, s := range samples {
-		if !s.Firing {
+		if !s.Firing && !s.KeepFiring {
 			continue
 		}
 		labels := map[string]string{}
@@ -72,6 +72,13 @@ func (r *Rule) Eval(ctx context.Context, ts time.Time) ([]*Alert, error) {
 		fp := Fingerprint(labels)
 		if seen[fp] {
 			continue
+		}
+		// A row that only keeps firing (hysteresis) holds an alert that fires already; it starts
+		// none and does not advance a pending one.
+		if !s.Firing {
+			if a, ok := r.active[fp]; !ok || a.State != StateFiring {
+				continue
+			}
 		}
 		seen[fp] = true
 		ann, err := r.annotations(s)

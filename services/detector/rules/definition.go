@@ -9,6 +9,8 @@
 //	threshold   Float64              the limit value was compared with
 //	firing      UInt8/Bool           1 when the row breaches the threshold
 //	baseline_ok UInt8/Bool           0 when the baseline lacked data and an absolute floor was used
+//	keep_firing UInt8/Bool           only with `hysteresis: true`: 1 while the row's resolve
+//	                                 condition is not met (see Definition.Hysteresis)
 //
 // Every value in the query is a ClickHouse query parameter ({name:Type}) bound by clickhouse-go; the
 // only text expanded before the query is sent are the macros below, which produce SQL that itself
@@ -56,6 +58,12 @@ type Definition struct {
 	// Prometheus's `keep_firing_for`: a row that fires again within it continues the same alert
 	// (same startsAt) instead of resolving it and opening a new one.
 	KeepFiringFor Duration `yaml:"keep_firing_for"`
+	// Hysteresis says the query also returns keep_firing: an alert already firing stays firing
+	// while its row has keep_firing = 1 even though firing = 0, and resolves once both are 0.
+	// keep_firing never starts an alert. It is for signals that oscillate around their firing
+	// threshold (in flight back under a lower limit, not merely no longer rising), as Prometheus
+	// rules write `x > 100 or (x > 80 and ALERTS{...})`.
+	Hysteresis bool `yaml:"hysteresis"`
 	// Labels are added to every alert of the rule (e.g. team: serving) for Alertmanager's routing;
 	// they replace a row label of the same name. alertname and severity cannot be set here.
 	Labels map[string]string `yaml:"labels"`
