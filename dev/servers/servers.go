@@ -1,7 +1,9 @@
 // Package servers describes the NATS and ClickHouse servers of the development harness and runs
 // them through dev/proc: nats-server, built from the github.com/nats-io/nats-server/v2 version
 // pinned in go.mod, and the ClickHouse engine of libchdb.so run by the chlaunch launcher
-// (deploy/dev/chlaunch), both installed by scripts/dev-services under its cache directory.
+// (deploy/dev/chlaunch), both installed by scripts/dev-services under its cache directory. The
+// same script installs a Prometheus Alertmanager ([AlertmanagerVersion]), which tests of alert
+// delivery run privately ([NewAlertmanager]).
 //
 // One description serves every user: the tests (dev/testenv) and the chaos suite
 // run private servers they supervise ([NewNATS], [NewClickHouse]: a [proc.Process] that can be
@@ -56,14 +58,18 @@ type Installed struct {
 	NATSServer string // bin/nats-server
 	Chlaunch   string // bin/chlaunch
 	Libchdb    string // the engine, from the npm package @chdb/lib-linux-x64-gnu
+	// Alertmanager is bin/alertmanager (AlertmanagerVersion). Check leaves it out: only the
+	// tests of alert delivery need it, and they call CheckAlertmanager.
+	Alertmanager string
 }
 
 // InstalledIn returns where scripts/dev-services installs the programs under cacheDir.
 func InstalledIn(cacheDir string) Installed {
 	return Installed{
-		NATSServer: filepath.Join(cacheDir, "bin", "nats-server"),
-		Chlaunch:   filepath.Join(cacheDir, "bin", "chlaunch"),
-		Libchdb:    filepath.Join(cacheDir, "chdb", "node_modules", "@chdb", "lib-linux-x64-gnu", "libchdb.so"),
+		NATSServer:   filepath.Join(cacheDir, "bin", "nats-server"),
+		Chlaunch:     filepath.Join(cacheDir, "bin", "chlaunch"),
+		Libchdb:      filepath.Join(cacheDir, "chdb", "node_modules", "@chdb", "lib-linux-x64-gnu", "libchdb.so"),
+		Alertmanager: filepath.Join(cacheDir, "bin", "alertmanager"),
 	}
 }
 
@@ -78,6 +84,16 @@ func (in Installed) Check() error {
 		} else if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// CheckAlertmanager fails unless the Alertmanager is installed.
+func (in Installed) CheckAlertmanager() error {
+	if _, err := os.Stat(in.Alertmanager); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: %w", in.Alertmanager, ErrNotInstalled)
+	} else if err != nil {
+		return err
 	}
 	return nil
 }

@@ -45,8 +45,8 @@ type Alert struct {
 	Fingerprint string
 	// Labels are the row's non-empty labels plus alertname and severity.
 	Labels map[string]string
-	// Annotations are summary, description, value, baseline, threshold and, when the baseline
-	// lacked data, baseline_note.
+	// Annotations are summary, description, value, baseline, threshold, runbook_url when the
+	// rule has one and, when the baseline lacked data, baseline_note.
 	Annotations map[string]string
 	Severity    string
 	State       State
@@ -58,6 +58,10 @@ type Alert struct {
 	// not delivered: a receiver's acceptance is recorded in alert_deliveries, and a restart
 	// delivers the decided state changes a receiver never accepted.
 	ActiveAt, FiredAt, ResolvedAt, LastSentAt time.Time
+	// KeepFiringSince is the first evaluation at which a firing alert's row was gone while the
+	// rule's keep_firing_for held it firing (zero while the row fires). It is not persisted: after
+	// a restart the hold starts again, which can only delay a resolution by keep_firing_for.
+	KeepFiringSince time.Time
 }
 
 // Resolved reports whether the alert fired and then stopped.

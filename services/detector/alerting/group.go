@@ -27,9 +27,15 @@ type Group struct {
 	// Repeat is how often a still-firing alert is sent again (zero: never).
 	Repeat time.Duration
 	Rules  []*Rule
-	// Store, Notify and Metrics are optional (replay uses none of them).
-	Store   Store
-	Notify  NotifyFunc
+	// Store, Notify, Resend and Metrics are optional (replay uses none of them).
+	Store  Store
+	Notify NotifyFunc
+	// Resend, unlike Notify, is handed after every evaluation every firing alert and every alert
+	// resolved within the last 15 minutes, due or not: Alertmanager, as Prometheus feeds it,
+	// takes a firing alert that is not sent again before its endsAt for resolved, and a
+	// resolution lost on the way is delivered by the next evaluation. Its alerts' state is saved
+	// as for Notify; it must not block on receivers either.
+	Resend  NotifyFunc
 	Metrics *Metrics
 	Log     *slog.Logger
 }
@@ -52,10 +58,13 @@ func (g *Group) Eval(ctx context.Context, ts time.Time) error {
 			g.logger().Info("alert state", "rule", a.Rule, "fingerprint", a.Fingerprint, "state", a.StateName(),
 				"value", logNumber(a.Value), "baseline", logNumber(a.Baseline), "threshold", logNumber(a.Threshold), "ts", ts)
 		}
-		var due []*Alert
+		var due, current []*Alert
 		for _, a := range r.Alerts() {
 			if needsSending(a, ts, g.Repeat) {
 				due = append(due, a)
+			}
+			if a.State == StateFiring || a.Resolved() {
+				current = append(current, a)
 			}
 		}
 		save := changed
@@ -75,6 +84,9 @@ func (g *Group) Eval(ctx context.Context, ts time.Time) error {
 		}
 		if g.Notify != nil && len(due) > 0 {
 			g.Notify(ctx, ts, due)
+		}
+		if g.Resend != nil && len(current) > 0 {
+			g.Resend(ctx, ts, current)
 		}
 	}
 	g.Metrics.setAlerts(g.Rules)

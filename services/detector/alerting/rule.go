@@ -37,6 +37,10 @@ func (r *Rule) Definition() *rules.Definition { return r.def }
 // Hold is the rule's `for`: how long a row must fire before its alert fires.
 func (r *Rule) Hold() time.Duration { return r.def.For.D() }
 
+// KeepFiringFor is the rule's `keep_firing_for`: how long a firing alert stays firing after its
+// row stopped firing.
+func (r *Rule) KeepFiringFor() time.Duration { return r.def.KeepFiringFor.D() }
+
 // Eval evaluates the rule at ts and advances its alerts' states. It returns copies of the alerts
 // whose state changed (new pending, pending→firing, firing→resolved, pending→inactive). On a query
 // error the state is left as it was.
@@ -50,18 +54,31 @@ func (r *Rule) Eval(ctx context.Context, ts time.Time) ([]*Alert, error) {
 	var changed []*Alert
 	seen := map[string]bool{}
 	for _, s := range samples {
-		if !s.Firing {
+		if !s.Firing && !s.KeepFiring {
 			continue
 		}
-		labels := map[string]string{"alertname": r.def.Name, "severity": r.def.Severity}
+		labels := map[string]string{}
 		for k, v := range s.Labels {
-			if v != "" && k != "alertname" && k != "severity" {
+			if v != "" {
 				labels[k] = v
 			}
 		}
+		// The rule's own labels win over a row's, as a Prometheus rule's labels do over its
+		// series' labels; alertname and severity win over both.
+		for k, v := range r.def.Labels {
+			labels[k] = v
+		}
+		labels["alertname"], labels["severity"] = r.def.Name, r.def.Severity
 		fp := Fingerprint(labels)
 		if seen[fp] {
 			continue
+		}
+		// A row that only keeps firing (hysteresis) holds an alert that fires already; it starts
+		// none and does not advance a pending one.
+		if !s.Firing {
+			if a, ok := r.active[fp]; !ok || a.State != StateFiring {
+				continue
+			}
 		}
 		seen[fp] = true
 		ann, err := r.annotations(s)
@@ -84,11 +101,23 @@ func (r *Rule) Eval(ctx context.Context, ts time.Time) ([]*Alert, error) {
 	}
 	for fp, a := range r.active {
 		if seen[fp] {
+			a.KeepFiringSince = time.Time{}
 			if a.State == StatePending && ts.Sub(a.ActiveAt) >= r.Hold() {
 				a.State, a.FiredAt = StateFiring, ts
 				changed = append(changed, a)
 			}
 			continue
+		}
+		// keep_firing_for as Prometheus's rules/alerting.go has it: a firing alert whose row is
+		// gone keeps firing until keep_firing_for has passed since the first evaluation without
+		// the row; the row's return within it resets that start.
+		if a.State == StateFiring && r.KeepFiringFor() > 0 {
+			if a.KeepFiringSince.IsZero() {
+				a.KeepFiringSince = ts
+			}
+			if ts.Sub(a.KeepFiringSince) < r.KeepFiringFor() {
+				continue
+			}
 		}
 		switch a.State {
 		case StatePending:
@@ -125,6 +154,9 @@ func (r *Rule) annotations(s rules.Sample) (map[string]string, error) {
 	ann := map[string]string{
 		"summary": summary, "description": description,
 		"value": formatFigure(s.Value), "baseline": formatFigure(s.Baseline), "threshold": formatFigure(s.Threshold),
+	}
+	if r.def.RunbookURL != "" {
+		ann["runbook_url"] = r.def.RunbookURL
 	}
 	if !s.BaselineOK {
 		ann["baseline_note"] = "not enough baseline data: compared with the rule's absolute floor"

@@ -9,6 +9,8 @@
 //	threshold   Float64              the limit value was compared with
 //	firing      UInt8/Bool           1 when the row breaches the threshold
 //	baseline_ok UInt8/Bool           0 when the baseline lacked data and an absolute floor was used
+//	keep_firing UInt8/Bool           only with `hysteresis: true`: 1 while the row's resolve
+//	                                 condition is not met (see Definition.Hysteresis)
 //
 // Every value in the query is a ClickHouse query parameter ({name:Type}) bound by clickhouse-go; the
 // only text expanded before the query is sent are the macros below, which produce SQL that itself
@@ -27,6 +29,7 @@ import (
 	"bytes"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"path"
 	"regexp"
 	"sort"
@@ -47,8 +50,25 @@ type Definition struct {
 	Interval Duration `yaml:"interval"`
 	// Window is the length of the evaluated period ending at the evaluation time.
 	Window Duration `yaml:"window"`
-	// For is how long a row must keep firing before the alert fires (a hold; zero fires at once).
+	// For is how long a row must keep firing before the alert fires (a hold; zero fires at once),
+	// as Prometheus's `for`: the alert is pending until then, and a row that stops firing while
+	// pending drops it without a notification.
 	For Duration `yaml:"for"`
+	// KeepFiringFor keeps a firing alert firing this long after its row stopped firing, as
+	// Prometheus's `keep_firing_for`: a row that fires again within it continues the same alert
+	// (same startsAt) instead of resolving it and opening a new one.
+	KeepFiringFor Duration `yaml:"keep_firing_for"`
+	// Hysteresis says the query also returns keep_firing: an alert already firing stays firing
+	// while its row has keep_firing = 1 even though firing = 0, and resolves once both are 0.
+	// keep_firing never starts an alert. It is for signals that oscillate around their firing
+	// threshold (in flight back under a lower limit, not merely no longer rising), as Prometheus
+	// rules write `x > 100 or (x > 80 and ALERTS{...})`.
+	Hysteresis bool `yaml:"hysteresis"`
+	// Labels are added to every alert of the rule (e.g. team: serving) for Alertmanager's routing;
+	// they replace a row label of the same name. alertname and severity cannot be set here.
+	Labels map[string]string `yaml:"labels"`
+	// RunbookURL, when set, is the alerts' runbook_url annotation.
+	RunbookURL string `yaml:"runbook_url"`
 	// Baseline says which earlier period the window is compared with.
 	Baseline Baseline `yaml:"baseline"`
 	// Params are thresholds and other constants, bound as query parameters of the same name.
@@ -97,6 +117,8 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 var (
 	nameRE  = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 	paramRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	// labelRE is Prometheus's label name syntax, which Alertmanager's matchers expect.
+	labelRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 )
 
 // reservedParams are bound by the evaluator and may not be set in a rule's params.
@@ -127,8 +149,21 @@ func (d *Definition) validate() error {
 	if d.Window <= 0 {
 		return fmt.Errorf("rule %s: window must be positive", d.Name)
 	}
-	if d.Interval < 0 || d.For < 0 {
-		return fmt.Errorf("rule %s: interval and for must not be negative", d.Name)
+	if d.Interval < 0 || d.For < 0 || d.KeepFiringFor < 0 {
+		return fmt.Errorf("rule %s: interval, for and keep_firing_for must not be negative", d.Name)
+	}
+	for k := range d.Labels {
+		if !labelRE.MatchString(k) || strings.HasPrefix(k, "__") {
+			return fmt.Errorf("rule %s: label name %q: must match %s and not start with __", d.Name, k, labelRE)
+		}
+		if k == "alertname" || k == "severity" {
+			return fmt.Errorf("rule %s: label %s is set from the rule's name and severity, not from labels", d.Name, k)
+		}
+	}
+	if d.RunbookURL != "" {
+		if u, err := url.Parse(d.RunbookURL); err != nil || u.Scheme == "" || u.Host == "" {
+			return fmt.Errorf("rule %s: runbook_url %q: want an absolute URL", d.Name, d.RunbookURL)
+		}
 	}
 	if d.Baseline.Length == 0 {
 		d.Baseline.Length = Duration(24 * time.Hour)

@@ -24,6 +24,9 @@ type Sample struct {
 	Firing bool
 	// BaselineOK is false when the baseline lacked data and the rule used its absolute floor.
 	BaselineOK bool
+	// KeepFiring is true while the row's resolve condition is not met: an alert already firing
+	// stays firing (see Definition.Hysteresis). It equals Firing for rules without hysteresis.
+	KeepFiring bool
 }
 
 // Rule is anything the detector evaluates: a name and rows at an explicit time. Nothing inside a
@@ -47,8 +50,12 @@ func NewSQLRule(def *Definition, conn driver.Conn) (*SQLRule, error) {
 		return nil, err
 	}
 	// The wrapper fixes the result's column types so that every rule scans the same way.
+	keep := "firing"
+	if def.Hysteresis {
+		keep = "keep_firing"
+	}
 	wrapped := "SELECT CAST(labels, 'Map(String, String)'), toFloat64(value), CAST(baseline, 'Nullable(Float64)'), " +
-		"toFloat64(threshold), toUInt8(firing), toUInt8(baseline_ok) FROM (\n" + q + "\n)"
+		"toFloat64(threshold), toUInt8(firing), toUInt8(baseline_ok), toUInt8(" + keep + ") FROM (\n" + q + "\n)"
 	return &SQLRule{def: def, query: wrapped, conn: conn}, nil
 }
 
@@ -122,15 +129,16 @@ func (r *SQLRule) Eval(ctx context.Context, ts time.Time) ([]Sample, error) {
 			baseline *float64
 			firing   uint8
 			ok       uint8
+			keep     uint8
 		)
-		if err := rows.Scan(&s.Labels, &s.Value, &baseline, &s.Threshold, &firing, &ok); err != nil {
+		if err := rows.Scan(&s.Labels, &s.Value, &baseline, &s.Threshold, &firing, &ok, &keep); err != nil {
 			return nil, fmt.Errorf("read rule %s row: %w", r.def.Name, err)
 		}
 		s.Baseline = math.NaN()
 		if baseline != nil {
 			s.Baseline = *baseline
 		}
-		s.Firing, s.BaselineOK = firing != 0, ok != 0
+		s.Firing, s.BaselineOK, s.KeepFiring = firing != 0, ok != 0, keep != 0
 		out = append(out, s)
 	}
 	if err := rows.Err(); err != nil {

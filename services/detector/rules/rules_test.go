@@ -29,6 +29,11 @@ func TestParseRejectsBadFiles(t *testing.T) {
 		{"bad poisson_tail argument", "name: r\nwindow: 5m\nquery: 'SELECT {{poisson_tail \"k\" \"1) OR (1\"}}'\n", "not a column name"},
 		{"bad summary", valid + "summary: '{{.Value'\n", "summary template"},
 		{"slice of a day", valid + "baseline: {days: 7, slice: 24h}\n", "shorter than a day"},
+		{"negative keep_firing_for", valid + "keep_firing_for: -1m\n", "must not be negative"},
+		{"bad label name", valid + "labels: {team-name: x}\n", "label name"},
+		{"reserved label name", valid + "labels: {__name__: x}\n", "label name"},
+		{"severity as a label", valid + "labels: {severity: page}\n", "set from the rule's name and severity"},
+		{"relative runbook_url", valid + "runbook_url: runbooks/r.md\n", "want an absolute URL"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

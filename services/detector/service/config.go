@@ -23,6 +23,12 @@ type Config struct {
 	WebhookSecret string `env:"DETECTOR_WEBHOOK_SECRET"`
 	// WebhookSecretFile is read for the secret instead (Docker/Kubernetes secrets).
 	WebhookSecretFile string `env:"DETECTOR_WEBHOOK_SECRET_FILE"`
+	// AlertmanagerURLs are Alertmanagers' base URLs (http://alertmanager:9093): every firing
+	// alert is POSTed to each one's /api/v2/alerts at every evaluation, and each resolution for
+	// 15 minutes after it, as Prometheus does. They can be set with or without WebhookURLs.
+	AlertmanagerURLs []string `env:"DETECTOR_ALERTMANAGER_URLS" envSeparator:","`
+	// AlertmanagerTimeout bounds one POST to an Alertmanager.
+	AlertmanagerTimeout time.Duration `env:"DETECTOR_ALERTMANAGER_TIMEOUT" envDefault:"10s"`
 	// RulesDir holds extra rule files (*.yaml); a rule named like a built-in one replaces it.
 	RulesDir string `env:"DETECTOR_RULES_DIR"`
 	// Interval is the evaluation interval of rules that do not set their own.
@@ -51,6 +57,14 @@ func (c *Config) Validate() error {
 		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 			errs = append(errs, fmt.Errorf("DETECTOR_WEBHOOK_URLS: %q is not an http(s) URL", redactedHost(u)))
 		}
+	}
+	for _, u := range c.AlertmanagerURLs {
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			errs = append(errs, fmt.Errorf("DETECTOR_ALERTMANAGER_URLS: %q is not an http(s) URL", redactedHost(u)))
+		}
+	}
+	if c.AlertmanagerTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("DETECTOR_ALERTMANAGER_TIMEOUT: must be positive, got %s", c.AlertmanagerTimeout))
 	}
 	return errors.Join(errs...)
 }

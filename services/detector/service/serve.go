@@ -84,7 +84,7 @@ func Serve(ctx context.Context, cfg Config, defs []*rules.Definition, ln net.Lis
 			return stopped(ctx, err)
 		}
 		ready.Started()
-		log.Info("detector running", "rules", len(defs), "interval", cfg.Interval, "webhooks", len(cfg.WebhookURLs), "metrics", ln.Addr().String())
+		log.Info("detector running", "rules", len(defs), "interval", cfg.Interval, "webhooks", len(cfg.WebhookURLs), "alertmanagers", len(cfg.AlertmanagerURLs), "metrics", ln.Addr().String())
 		d.Run(ctx)
 		return nil
 	})

@@ -44,8 +44,10 @@ type Detector struct {
 	rules    []*alerting.Rule
 	groups   []*alerting.Group
 	notifier *notify.Notifier
-	reg      *prometheus.Registry
-	log      *slog.Logger
+	// alertmanagers is nil without AlertmanagerURLs.
+	alertmanagers *notify.Alertmanagers
+	reg           *prometheus.Registry
+	log           *slog.Logger
 }
 
 // New builds the detector's rules and groups on conn. reg receives the detector's metrics.
@@ -62,6 +64,16 @@ func New(cfg Config, conn driver.Conn, defs []*rules.Definition, reg *prometheus
 		return nil, err
 	}
 	d := &Detector{cfg: cfg, conn: conn, notifier: n, reg: reg, log: log}
+	var resend alerting.NotifyFunc
+	if len(cfg.AlertmanagerURLs) > 0 {
+		d.alertmanagers, err = notify.NewAlertmanagers(notify.AlertmanagerOptions{
+			URLs: cfg.AlertmanagerURLs, Timeout: cfg.AlertmanagerTimeout, Registerer: reg, Log: log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		resend = d.sendAlertmanagers
+	}
 	metrics := alerting.NewMetrics(reg)
 	byInterval := map[time.Duration]*alerting.Group{}
 	for _, def := range defs {
@@ -78,7 +90,7 @@ func New(cfg Config, conn driver.Conn, defs []*rules.Definition, reg *prometheus
 		g, ok := byInterval[iv]
 		if !ok {
 			g = &alerting.Group{Interval: iv, Repeat: cfg.RepeatInterval, Store: alerting.CHStore{Conn: conn},
-				Notify: d.notify, Metrics: metrics, Log: log}
+				Notify: d.notify, Resend: resend, Metrics: metrics, Log: log}
 			byInterval[iv] = g
 			d.groups = append(d.groups, g)
 		}
@@ -92,6 +104,9 @@ func (d *Detector) Groups() []*alerting.Group { return d.groups }
 
 // Notifier returns the webhook notifier.
 func (d *Detector) Notifier() *notify.Notifier { return d.notifier }
+
+// Alertmanagers returns the Alertmanager sender, nil when no Alertmanager is configured.
+func (d *Detector) Alertmanagers() *notify.Alertmanagers { return d.alertmanagers }
 
 // DeliveryHorizon is how long a notification is tried: the notifier gives up on a message this
 // long after its first attempt, and a start delivers the undelivered state changes decided within
@@ -194,6 +209,10 @@ func (d *Detector) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); d.notifier.Run(ctx) }()
+	if d.alertmanagers != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); d.alertmanagers.Run(ctx) }()
+	}
 	for _, g := range d.groups {
 		wg.Add(1)
 		go func() { defer wg.Done(); g.Run(ctx, d.cfg.EvalDelay) }()
@@ -207,6 +226,46 @@ func (d *Detector) notify(_ context.Context, _ time.Time, alerts []*alerting.Ale
 		out = append(out, ToWebhook(a, d.cfg.ExternalURL))
 	}
 	d.notifier.Send(out...)
+}
+
+// sendAlertmanagers hands the group's current alerts to the Alertmanagers; a firing alert's
+// endsAt is counted from the wall clock, not from the evaluation time (which runs EvalDelay
+// behind it, and further in a replay), because Alertmanager compares it with its own clock.
+func (d *Detector) sendAlertmanagers(_ context.Context, _ time.Time, alerts []*alerting.Alert) {
+	now := time.Now()
+	out := make([]notify.PostableAlert, 0, len(alerts))
+	for _, a := range alerts {
+		out = append(out, ToAlertmanager(a, d.cfg.ExternalURL, now, d.alertValidity(a)))
+	}
+	d.alertmanagers.Send(out...)
+}
+
+// alertValidity is how long past a send a firing alert stays firing at Alertmanager without
+// another send: four evaluation intervals, as Prometheus allows (its rules/alerting.go
+// sendAlerts), so that up to three lost evaluations or POSTs do not resolve it.
+func (d *Detector) alertValidity(a *alerting.Alert) time.Duration {
+	iv := d.cfg.Interval
+	for _, r := range d.rules {
+		if r.Name() == a.Rule && r.Definition().Interval.D() > 0 {
+			iv = r.Definition().Interval.D()
+		}
+	}
+	return 4 * iv
+}
+
+// ToAlertmanager converts an alert to the form Alertmanager's /api/v2/alerts takes, as sent at
+// now: startsAt is when the alert fired (after its hold, as Prometheus sends it); a firing alert's
+// endsAt is now + validFor, a resolved one's the evaluation that resolved it.
+func ToAlertmanager(a *alerting.Alert, externalURL string, now time.Time, validFor time.Duration) notify.PostableAlert {
+	p := notify.PostableAlert{Labels: a.Labels, Annotations: a.Annotations, StartsAt: a.FiredAt.UTC(),
+		EndsAt: now.Add(validFor).UTC(), Fingerprint: a.Fingerprint}
+	if a.Resolved() {
+		p.EndsAt = a.ResolvedAt.UTC()
+	}
+	if externalURL != "" {
+		p.GeneratorURL = externalURL + "/rules#" + a.Rule
+	}
+	return p
 }
 
 // ToWebhook converts an alert to its webhook form.
