@@ -1,5 +1,5 @@
 // Package console holds the console's panel definitions (panels/*.yaml: the SQL of each panel of
-// reference §6 with its baseline, threshold, "alert when" rule, the detector rule that watches it
+// the minimal dashboard of docs/measurements.md with its baseline, threshold, "alert when" rule, the detector rule that watches it
 // and the action it calls for), embedded so that the console binary and the Grafana dashboard
 // generator read the same files. internal/panels parses and renders them.
 package console

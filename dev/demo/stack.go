@@ -1,8 +1,8 @@
 package demo
 
 import (
-	"context"
 	"cmp"
+	"context"
 	"fmt"
 	"net"
 	"os"

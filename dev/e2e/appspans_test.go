@@ -22,7 +22,7 @@ import (
 	"github.com/servescope/servescope/internal/chstore"
 )
 
-// TestApplicationSpans (issue 18): an application instrumented with OpenTelemetry — one request
+// TestApplicationSpans: an application instrumented with OpenTelemetry — one request
 // shaped as OpenInference's LlamaIndex instrumentation emits it, one as the GenAI conventions and
 // opentelemetry-instrumentation-openai-v2 do — exports real OTLP from the Go SDK to the
 // collector, and calls the model through the gateway with its traceparent. Each trace becomes

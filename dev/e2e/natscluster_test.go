@@ -40,8 +40,9 @@ func TestNATSClusterLosesNothingThroughNodeLoss(t *testing.T) {
 	ncfg.SubjectPrefix = testenv.UniqueName("t")
 	ncfg.StreamReplicas = 3
 	ncfg.StreamMaxBytes = 256 << 20
-	topo := bus.FromConfig(&ncfg)
+	topo := ncfg.Topology()
 	const durable = "cluster"
+	cons := config.Consumer{Durable: durable, BatchRows: 1000, FlushInterval: 200 * time.Millisecond}
 
 	admin := connectCluster(t, ncfg, "cluster-test-admin")
 	js, err := jetstream.New(admin)
@@ -50,8 +51,9 @@ func TestNATSClusterLosesNothingThroughNodeLoss(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	if err := bus.Provision(ctx, js, topo, bus.Settings(&ncfg)); err != nil {
-		t.Fatalf("provision streams at R3: %v", err)
+	// The setup step's code, as `servescope migrate up` runs it: streams and durable at R3.
+	if _, err := bus.Setup(ctx, js, topo, ncfg.StreamSettings(), cons.DurableConsumer()); err != nil {
+		t.Fatalf("set up streams at R3: %v", err)
 	}
 
 	// The consumer, in-process, on every node's URL.
@@ -62,7 +64,7 @@ func TestNATSClusterLosesNothingThroughNodeLoss(t *testing.T) {
 	cctx, stopConsumer := context.WithCancel(context.Background())
 	consumerDone := make(chan error, 1)
 	go func() {
-		consumerDone <- app.Run(cctx, app.Config{Durable: durable, BatchRows: 1000, FlushInterval: 200 * time.Millisecond,
+		consumerDone <- app.Run(cctx, app.Config{Consumer: cons,
 			MetricsAddr: ln.Addr().String(), NATS: ncfg, ClickHouse: ch}, discardLog(), ln)
 	}()
 	t.Cleanup(func() {

@@ -7,7 +7,7 @@
 // A panel file:
 //
 //	name: ttft                      # lower case, digits, '_'
-//	row: TTFT, TPOT, E2E - p50 and p95   # the row of reference §6 it belongs to
+//	row: TTFT, TPOT, E2E - p50 and p95   # the row of the minimal dashboard (docs/measurements.md) it belongs to
 //	title: TTFT - time to first token
 //	unit: s                         # s, requests, share (a fraction 0..1) or score; unit_right for axis right
 //	split: engine                   # optional: the column naming each series of long-form rows

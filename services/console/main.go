@@ -1,7 +1,7 @@
-// Command console serves servescope's web console: reference §6's minimal dashboard over
+// Command console serves servescope's web console: the minimal dashboard of docs/measurements.md over
 // ClickHouse (each panel with its baseline, its "alert when" rule, the live state of the detector
 // rule that watches it and the action it calls for), the alerts, a page per complaint of
-// reference §4 with `servescope diagnose`'s reading, and a crash page with `servescope
+// docs/measurements.md (From symptom to quantity) with `servescope diagnose`'s reading, and a crash page with `servescope
 // postmortem`'s. See package server for the settings; it listens on 127.0.0.1:9104 by default.
 package main
 

@@ -19,7 +19,7 @@ import (
 	"github.com/servescope/servescope/services/console/web"
 )
 
-// Complaint is one row of reference §4: what users say, where to look first, and which of
+// Complaint is one row of docs/measurements.md (From symptom to quantity): what users say, where to look first, and which of
 // diagnose's branches and which panels answer it.
 type Complaint struct {
 	ID, Says, LookAt, Hypothesis string
@@ -29,7 +29,7 @@ type Complaint struct {
 	SlowBy string
 }
 
-// Complaints are reference §4's rows in its order.
+// Complaints are the rows of docs/measurements.md (From symptom to quantity), in its order.
 var Complaints = []Complaint{
 	{"first-word", "It takes ages for the first word to appear", "Queue wait, then input tokens",
 		"Overload → limit load or add machines (lesson 07). Long prompt → shorten it, prefix cache (lesson 09)",

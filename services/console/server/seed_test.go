@@ -43,7 +43,7 @@ func seed(t *testing.T, conn driver.Conn, now time.Time) seeded {
 	other.Model, other.App, other.TopScore = s.otherModel, "chat", 0
 	tr.Add(g.Requests(now.Add(-26*time.Hour), now, synth.Constant(0.02), other))
 
-	// The overload: requests queue 0.47 s, the engine runs 256 with 44 waiting (reference §3).
+	// The overload: requests queue 0.47 s, the engine runs 256 with 44 waiting (docs/measurements.md, Four workloads).
 	s.overloadFrom, s.overloadTo = now.Add(-50*time.Minute), now.Add(-35*time.Minute)
 	over := synth.NormalShape()
 	over.QueueProb, over.QueueSeconds, over.TTFTSeconds, over.TPOTSeconds = 1, 0.47, 0.38, 0.147
@@ -91,7 +91,7 @@ func seed(t *testing.T, conn driver.Conn, now time.Time) seeded {
 		t.Fatalf("set citations_missing: %v", err)
 	}
 
-	// The crash: vLLM 0.10's log of the reference's out-of-memory death, moved to 6 minutes ago.
+	// The crash: vLLM 0.10's log of the out-of-memory death of docs/measurements.md (The crash), moved to 6 minutes ago.
 	s.crashAt = now.Add(-6 * time.Minute)
 	insertCrashLog(t, ctx, conn, s.engine, s.crashAt)
 

@@ -1,7 +1,7 @@
-// Package server is the servescope console: a web page over ClickHouse showing reference §6's
-// minimal dashboard (one panel per row, each with its baseline, its "alert when" rule, the live
+// Package server is the servescope console: a web page over ClickHouse showing the minimal
+// dashboard of docs/measurements.md (one panel per row, each with its baseline, its "alert when" rule, the live
 // state of the detector rule that watches it and the action it calls for), the alerts, one page
-// per complaint of reference §4 with `servescope diagnose`'s reading, and a crash page with
+// per complaint of docs/measurements.md (From symptom to quantity) with `servescope diagnose`'s reading, and a crash page with
 // `servescope postmortem`'s.
 //
 // Safety: every filter reaches ClickHouse as a query parameter; the console answers only a viewer
