@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/servescope/servescope/dev/testnet"
 )
 
 // The version and revision the binaries of these tests are linked with.
@@ -189,7 +191,8 @@ func freeAddr(t *testing.T) string {
 }
 
 // closedAddr is a loopback address that refuses connections: a dependency that is away.
-func closedAddr(t *testing.T) string { return freeAddr(t) }
+// closedAddr is an address that refuses connections for the whole test.
+func closedAddr(t *testing.T) string { return testnet.RefusingAddr(t) }
 
 func grepLines(s, sub string) string {
 	var out []string

@@ -9,29 +9,31 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/servescope/servescope/internal/service"
 
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/services/console/server"
 )
 
-func main() {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := run(log); err != nil {
-		fmt.Fprintln(os.Stderr, "console:", err)
-		os.Exit(1)
+func main() { command().Main() }
+
+func command() *service.Command {
+	c := service.NewCommand("console", "Usage: console [flags]\n\nservescope's web console; settings from CONSOLE_* and SERVESCOPE_CLICKHOUSE_* variables.")
+	c.Run = func(ctx context.Context, log *slog.Logger, args []string) error {
+		if len(args) > 0 {
+			return service.UsageError(fmt.Errorf("unexpected arguments %q", args))
+		}
+		return run(ctx, log)
 	}
+	return c
 }
 
-func run(log *slog.Logger) error {
+func run(ctx context.Context, log *slog.Logger) error {
 	cfg, err := config.Load[server.Config]()
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	s, err := server.New(cfg, log)
 	if err != nil {
 		return err

@@ -34,7 +34,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -52,6 +51,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/servescope/servescope/internal/service"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,26 +83,30 @@ type settings struct {
 	cpuProfile     string
 }
 
-func main() {
+func main() { command().Main() }
+
+func command() *service.Command {
+	c := service.NewCommand("bench-collector", "Usage: bench-collector [flags]\n\nThe engine of scripts/bench collector: OTLP application spans through the receiver and apptrace into JetStream.")
 	var s settings
-	flag.Float64Var(&s.rate, "rate", 10_000, "spans per second offered in the paced phase (the target rate)")
-	flag.DurationVar(&s.paceFor, "for", 20*time.Second, "length of the paced phase")
-	flag.DurationVar(&s.saturateFor, "saturate-for", 10*time.Second, "length of the unpaced phase")
-	flag.DurationVar(&s.floodFor, "flood-for", 10*time.Second, "length of the root-less flood")
-	flag.IntVar(&s.spansPerExport, "spans-per-export", 200, "spans per OTLP export, about (whole traces)")
-	flag.IntVar(&s.concurrency, "concurrency", 4, "concurrent exporting clients")
-	flag.Float64Var(&s.targetHeapMiB, "target-heap-mib", 256, "most Go heap in use allowed, MiB, over the whole run")
-	flag.StringVar(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of the saturate phase to this file")
-	flag.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	met, err := run(s, log)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench-collector:", err)
-		os.Exit(2)
+	c.Flags.Float64Var(&s.rate, "rate", 10_000, "spans per second offered in the paced phase (the target rate)")
+	c.Flags.DurationVar(&s.paceFor, "for", 20*time.Second, "length of the paced phase")
+	c.Flags.DurationVar(&s.saturateFor, "saturate-for", 10*time.Second, "length of the unpaced phase")
+	c.Flags.DurationVar(&s.floodFor, "flood-for", 10*time.Second, "length of the root-less flood")
+	c.Flags.IntVar(&s.spansPerExport, "spans-per-export", 200, "spans per OTLP export, about (whole traces)")
+	c.Flags.IntVar(&s.concurrency, "concurrency", 4, "concurrent exporting clients")
+	c.Flags.Float64Var(&s.targetHeapMiB, "target-heap-mib", 256, "most Go heap in use allowed, MiB, over the whole run")
+	c.Flags.StringVar(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of the saturate phase to this file")
+	c.Run = func(_ context.Context, log *slog.Logger, _ []string) error {
+		met, err := run(s, log)
+		if err != nil {
+			return service.Exit(2, err)
+		}
+		if !met {
+			return service.Exit(1, nil)
+		}
+		return nil
 	}
-	if !met {
-		os.Exit(1)
-	}
+	return c
 }
 
 func run(s settings, log *slog.Logger) (bool, error) {

@@ -21,15 +21,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/servescope/servescope/internal/service"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,46 +46,45 @@ import (
 	"github.com/servescope/servescope/schema"
 )
 
-func main() {
-	consumerBin := flag.String("consumer", "", "the consumer binary (scripts/bench-freshness builds it)")
-	rates := flag.String("rates", "100,1000", "request rates, requests per second, comma-separated")
-	flushes := flag.String("flush", "1s,200ms", "consumer flush intervals (CONSUMER_FLUSH_INTERVAL), comma-separated")
-	duration := flag.Duration("duration", 5*time.Second, "publishing time per rate")
-	target := flag.Duration("target", 2*time.Second, "max p99 at 1,000 requests/s with the first flush interval")
-	flag.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	var rs []int
-	for _, f := range strings.Split(*rates, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			fmt.Fprintf(os.Stderr, "bench-freshness: -rates: %q is not a positive rate\n", f)
-			os.Exit(2)
+func main() { command().Main() }
+
+func command() *service.Command {
+	c := service.NewCommand("bench-freshness", "Usage: bench-freshness --consumer BIN [flags]\n\nThe engine of scripts/bench freshness: publish of a finished request to its row in ClickHouse.")
+	consumerBin := c.Flags.String("consumer", "", "the consumer binary (scripts/bench-freshness builds it)")
+	rates := c.Flags.String("rates", "100,1000", "request rates, requests per second, comma-separated")
+	flushes := c.Flags.String("flush", "1s,200ms", "consumer flush intervals (CONSUMER_FLUSH_INTERVAL), comma-separated")
+	duration := c.Flags.Duration("duration", 5*time.Second, "publishing time per rate")
+	target := c.Flags.Duration("target", 2*time.Second, "max p99 at 1,000 requests/s with the first flush interval")
+	c.Run = func(ctx context.Context, log *slog.Logger, _ []string) error {
+		var rs []int
+		for _, f := range strings.Split(*rates, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				return service.UsageError(fmt.Errorf("--rates: %q is not a positive rate", f))
+			}
+			rs = append(rs, n)
 		}
-		rs = append(rs, n)
-	}
-	var fs []time.Duration
-	for _, f := range strings.Split(*flushes, ",") {
-		d, err := time.ParseDuration(strings.TrimSpace(f))
-		if err != nil || d <= 0 {
-			fmt.Fprintf(os.Stderr, "bench-freshness: -flush: %q is not a positive duration\n", f)
-			os.Exit(2)
+		var fs []time.Duration
+		for _, f := range strings.Split(*flushes, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(f))
+			if err != nil || d <= 0 {
+				return service.UsageError(fmt.Errorf("--flush: %q is not a positive duration", f))
+			}
+			fs = append(fs, d)
 		}
-		fs = append(fs, d)
+		if *consumerBin == "" {
+			return service.UsageError(fmt.Errorf("--consumer is required"))
+		}
+		met, err := run(ctx, log, *consumerBin, rs, fs, *duration, *target)
+		if err != nil {
+			return service.Exit(2, err)
+		}
+		if !met {
+			return service.Exit(1, nil)
+		}
+		return nil
 	}
-	if *consumerBin == "" {
-		fmt.Fprintln(os.Stderr, "bench-freshness: -consumer is required")
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	met, err := run(ctx, log, *consumerBin, rs, fs, *duration, *target)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench-freshness:", err)
-		os.Exit(2)
-	}
-	if !met {
-		os.Exit(1)
-	}
+	return c
 }
 
 type level struct {

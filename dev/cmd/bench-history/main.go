@@ -19,7 +19,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -28,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/servescope/servescope/internal/service"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -48,25 +49,29 @@ type settings struct {
 	addr        string
 }
 
-func main() {
+func main() { command().Main() }
+
+func command() *service.Command {
+	c := service.NewCommand("bench-history", "Usage: bench-history [flags]\n\nThe engine of scripts/bench history: the README queries on a short and a long generated history.")
 	var s settings
-	flag.Uint64Var(&s.perDay, "requests-per-day", 50_000, "requests per day of history")
-	flag.IntVar(&s.days, "days", 7, "days in the long history")
-	flag.IntVar(&s.rounds, "rounds", 5, "timed runs of each query per database (median)")
-	flag.Float64Var(&s.targetRatio, "target-ratio", 1.5, "max long ÷ short time per query")
-	flag.Float64Var(&s.targetMs, "target-ms", 1000, "max time per query on the long history, milliseconds")
-	flag.StringVar(&s.readme, "readme", "README.md", "the README whose ```sql blocks are timed")
-	flag.StringVar(&s.addr, "addr", "", "use this ClickHouse (native host:port) instead of a private server")
-	flag.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	met, err := run(log, s)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench-history:", err)
-		os.Exit(2)
+	c.Flags.Uint64Var(&s.perDay, "requests-per-day", 50_000, "requests per day of history")
+	c.Flags.IntVar(&s.days, "days", 7, "days in the long history")
+	c.Flags.IntVar(&s.rounds, "rounds", 5, "timed runs of each query per database (median)")
+	c.Flags.Float64Var(&s.targetRatio, "target-ratio", 1.5, "max long ÷ short time per query")
+	c.Flags.Float64Var(&s.targetMs, "target-ms", 1000, "max time per query on the long history, milliseconds")
+	c.Flags.StringVar(&s.readme, "readme", "README.md", "the README whose ```sql blocks are timed")
+	c.Flags.StringVar(&s.addr, "addr", "", "use this ClickHouse (native host:port) instead of a private server")
+	c.Run = func(_ context.Context, log *slog.Logger, _ []string) error {
+		met, err := run(log, s)
+		if err != nil {
+			return service.Exit(2, err)
+		}
+		if !met {
+			return service.Exit(1, nil)
+		}
+		return nil
 	}
-	if !met {
-		os.Exit(1)
-	}
+	return c
 }
 
 // readmeQueries are the statements of the README's ```sql blocks, named by their first

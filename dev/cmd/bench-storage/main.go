@@ -26,13 +26,14 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/servescope/servescope/internal/service"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -51,23 +52,27 @@ type settings struct {
 	addr     string
 }
 
-func main() {
+func main() { command().Main() }
+
+func command() *service.Command {
+	c := service.NewCommand("bench-storage", "Usage: bench-storage [flags]\n\nThe engine of scripts/bench storage: bytes per request before and after the codecs migration.")
 	var s settings
-	flag.Uint64Var(&s.requests, "requests", 100_000, "requests in the generated history")
-	flag.DurationVar(&s.span, "span", time.Hour, "the history's span (engine samples and logs: 4 engines over it)")
-	flag.IntVar(&s.reads, "reads", 5, "timed reads per database (median)")
-	flag.Float64Var(&s.target, "target", 0.5, "max bytes per request after ÷ before")
-	flag.StringVar(&s.addr, "addr", "", "use this ClickHouse (native host:port) instead of a private server")
-	flag.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	met, err := run(log, s)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench-storage:", err)
-		os.Exit(2)
+	c.Flags.Uint64Var(&s.requests, "requests", 100_000, "requests in the generated history")
+	c.Flags.DurationVar(&s.span, "span", time.Hour, "the history's span (engine samples and logs: 4 engines over it)")
+	c.Flags.IntVar(&s.reads, "reads", 5, "timed reads per database (median)")
+	c.Flags.Float64Var(&s.target, "target", 0.5, "max bytes per request after ÷ before")
+	c.Flags.StringVar(&s.addr, "addr", "", "use this ClickHouse (native host:port) instead of a private server")
+	c.Run = func(_ context.Context, log *slog.Logger, _ []string) error {
+		met, err := run(log, s)
+		if err != nil {
+			return service.Exit(2, err)
+		}
+		if !met {
+			return service.Exit(1, nil)
+		}
+		return nil
 	}
-	if !met {
-		os.Exit(1)
-	}
+	return c
 }
 
 // requestTables hold one row (or about one) per request; engineTables rows per engine and time.

@@ -44,7 +44,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -64,6 +63,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/servescope/servescope/internal/service"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -88,48 +89,50 @@ type settings struct {
 	probes        int
 }
 
-func main() {
-	serve := flag.String("serve", "", "internal: run as a child (trickle, bare or gateway)")
-	upstream := flag.String("upstream", "", "internal: the child's upstream URL")
-	spool := flag.String("spool", "", "internal: the gateway child's spool directory")
-	var s settings
-	levels := flag.String("levels", "1000,5000,10000", "concurrent streams per level, comma-separated")
-	flag.IntVar(&s.rounds, "rounds", 3, "interleaved rounds per level (figures are medians over rounds)")
-	flag.Float64Var(&s.ramp, "ramp", 1000, "streams opened per second")
-	flag.DurationVar(&s.interval, "interval", 0, "time between two content chunks of a stream (default: streams ÷ -chunk-rate, at least 100 ms)")
-	flag.Float64Var(&s.chunkRate, "chunk-rate", 2000, "content chunks per second over all open streams, when -interval is 0")
-	flag.DurationVar(&s.window, "window", 10*time.Second, "steady window with every stream open, where chunk delays and CPU are measured")
-	flag.Float64Var(&s.targetMem, "target-memory", 1.5, "max gateway/bare memory per stream")
-	flag.Float64Var(&s.targetP99, "target-p99", 1.2, "max gateway/bare added p99 chunk delay")
-	flag.DurationVar(&s.p50Resolution, "p50-resolution", 20*time.Microsecond, "added p50 below this counts as this much in a ratio")
-	flag.DurationVar(&s.p99Resolution, "p99-resolution", 500*time.Microsecond, "added p99 below this counts as this much in a ratio")
-	flag.IntVar(&s.probes, "probes", 50, "streams opened one at a time during the steady window, for the time to first byte")
-	flag.StringVar(&s.profileDir, "profile-dir", "", "write the gateway's CPU, heap and goroutine profiles of the largest level's first round here")
-	flag.Parse()
+func main() { command().Main() }
 
-	if *serve != "" {
-		if err := child(*serve, *upstream, *spool, s.interval); err != nil {
-			fmt.Fprintln(os.Stderr, "bench-streams child:", err)
-			os.Exit(2)
+func command() *service.Command {
+	c := service.NewCommand("bench-streams", "Usage: bench-streams [flags]\n\nThe engine of scripts/bench streams: many open streams through the gateway beside a bare proxy.")
+	serve := c.Flags.String("serve", "", "internal: run as a child (trickle, bare or gateway)")
+	upstream := c.Flags.String("upstream", "", "internal: the child's upstream URL")
+	spool := c.Flags.String("spool", "", "internal: the gateway child's spool directory")
+	var s settings
+	levels := c.Flags.String("levels", "1000,5000,10000", "concurrent streams per level, comma-separated")
+	c.Flags.IntVar(&s.rounds, "rounds", 3, "interleaved rounds per level (figures are medians over rounds)")
+	c.Flags.Float64Var(&s.ramp, "ramp", 1000, "streams opened per second")
+	c.Flags.DurationVar(&s.interval, "interval", 0, "time between two content chunks of a stream (default: streams ÷ -chunk-rate, at least 100 ms)")
+	c.Flags.Float64Var(&s.chunkRate, "chunk-rate", 2000, "content chunks per second over all open streams, when -interval is 0")
+	c.Flags.DurationVar(&s.window, "window", 10*time.Second, "steady window with every stream open, where chunk delays and CPU are measured")
+	c.Flags.Float64Var(&s.targetMem, "target-memory", 1.5, "max gateway/bare memory per stream")
+	c.Flags.Float64Var(&s.targetP99, "target-p99", 1.2, "max gateway/bare added p99 chunk delay")
+	c.Flags.DurationVar(&s.p50Resolution, "p50-resolution", 20*time.Microsecond, "added p50 below this counts as this much in a ratio")
+	c.Flags.DurationVar(&s.p99Resolution, "p99-resolution", 500*time.Microsecond, "added p99 below this counts as this much in a ratio")
+	c.Flags.IntVar(&s.probes, "probes", 50, "streams opened one at a time during the steady window, for the time to first byte")
+	c.Flags.StringVar(&s.profileDir, "profile-dir", "", "write the gateway's CPU, heap and goroutine profiles of the largest level's first round here")
+	c.Run = func(_ context.Context, _ *slog.Logger, _ []string) error {
+		if *serve != "" {
+			if err := child(*serve, *upstream, *spool, s.interval); err != nil {
+				return service.Exit(2, fmt.Errorf("child: %w", err))
+			}
+			return nil
 		}
-		return
-	}
-	for _, f := range strings.Split(*levels, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			fmt.Fprintf(os.Stderr, "bench-streams: -levels: %q is not a positive count\n", f)
-			os.Exit(2)
+		for _, f := range strings.Split(*levels, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				return service.UsageError(fmt.Errorf("--levels: %q is not a positive count", f))
+			}
+			s.levels = append(s.levels, n)
 		}
-		s.levels = append(s.levels, n)
+		met, err := run(s)
+		if err != nil {
+			return service.Exit(2, err)
+		}
+		if !met {
+			return service.Exit(1, nil)
+		}
+		return nil
 	}
-	met, err := run(s)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench-streams:", err)
-		os.Exit(2)
-	}
-	if !met {
-		os.Exit(1)
-	}
+	return c
 }
 
 // ---- the child proxies ----

@@ -4,21 +4,24 @@
 package main
 
 import (
-	"flag"
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+
+	"github.com/servescope/servescope/internal/service"
 
 	"github.com/servescope/servescope/dev/grafanagen"
 )
 
-func main() {
-	out := flag.String("out", grafanagen.Path, "the dashboard file to write")
-	flag.Parse()
-	if err := run(*out); err != nil {
-		fmt.Fprintln(os.Stderr, "grafanagen:", err)
-		os.Exit(1)
-	}
+func main() { command().Main() }
+
+func command() *service.Command {
+	c := service.NewCommand("grafanagen", "Usage: grafanagen [--out FILE]\n\nWrites the Grafana dashboard built from the console's panel files.")
+	out := c.Flags.String("out", grafanagen.Path, "the dashboard file to write")
+	c.Run = func(context.Context, *slog.Logger, []string) error { return run(*out) }
+	return c
 }
 
 func run(out string) error {

@@ -12,7 +12,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -20,28 +19,31 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/servescope/servescope/internal/service"
+
 	"github.com/servescope/servescope/dev/history"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
 )
 
-func main() {
-	database := flag.String("database", "servescope_history", "database to fill (created and migrated when needed)")
-	requests := flag.Uint64("requests", 1_000_000, "requests over the whole span")
-	span := flag.Duration("span", 24*time.Hour, "how far back the history goes")
-	endFlag := flag.String("end", "", "end of the history, RFC 3339 (default: now)")
-	fromFlag := flag.String("from", "", "generate only the history's rows from this time on, RFC 3339")
-	engines := flag.Int("engines", 4, "vLLM engines")
-	seed := flag.Uint64("seed", 1, "random seed")
-	chunk := flag.Uint64("chunk", 2_000_000, "requests per INSERT")
-	sampleInterval := flag.Duration("sample-interval", time.Second, "the collector's scrape period per engine")
-	logInterval := flag.Duration("log-interval", 10*time.Second, "vLLM's stats line period per engine")
-	flag.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(log, *database, *requests, *span, *endFlag, *fromFlag, *engines, *seed, *chunk, *sampleInterval, *logInterval); err != nil {
-		log.Error("history", "err", err)
-		os.Exit(1)
+func main() { command().Main() }
+
+func command() *service.Command {
+	c := service.NewCommand("history", "Usage: history [flags]\n\nFills a ClickHouse database with realistic generated history (dev/history).")
+	database := c.Flags.String("database", "servescope_history", "database to fill (created and migrated when needed)")
+	requests := c.Flags.Uint64("requests", 1_000_000, "requests over the whole span")
+	span := c.Flags.Duration("span", 24*time.Hour, "how far back the history goes")
+	endFlag := c.Flags.String("end", "", "end of the history, RFC 3339 (default: now)")
+	fromFlag := c.Flags.String("from", "", "generate only the history's rows from this time on, RFC 3339")
+	engines := c.Flags.Int("engines", 4, "vLLM engines")
+	seed := c.Flags.Uint64("seed", 1, "random seed")
+	chunk := c.Flags.Uint64("chunk", 2_000_000, "requests per INSERT")
+	sampleInterval := c.Flags.Duration("sample-interval", time.Second, "the collector's scrape period per engine")
+	logInterval := c.Flags.Duration("log-interval", 10*time.Second, "vLLM's stats line period per engine")
+	c.Run = func(_ context.Context, log *slog.Logger, _ []string) error {
+		return run(log, *database, *requests, *span, *endFlag, *fromFlag, *engines, *seed, *chunk, *sampleInterval, *logInterval)
 	}
+	return c
 }
 
 func run(log *slog.Logger, database string, requests uint64, span time.Duration, endFlag, fromFlag string, engines int, seed, chunk uint64, sampleInterval, logInterval time.Duration) error {
