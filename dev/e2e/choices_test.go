@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -161,8 +160,12 @@ func TestSeveralChoicesThroughTheGateway(t *testing.T) {
 		if facts != 1 || children != 3 {
 			t.Errorf("%s: %d request_facts rows combining %d engine spans, want 1 combining 3", id, facts, children)
 		}
-		if engineTPOT <= 0 || math.Abs(tpot-engineTPOT)/engineTPOT > 0.10 {
-			t.Errorf("%s: gateway TPOT %.4f s, engine's own inter-token time %.4f s: more than 10%% apart", id, tpot, engineTPOT)
+		// The misreading this guards against divides one timeline by every choice's tokens: a
+		// third of the engine's time here (three choices), or three times it the other way. The
+		// gateway measures wall time, which a loaded machine only stretches (late timers), so the
+		// band is asymmetric and wide: either error falls far outside it.
+		if ratio := tpot / engineTPOT; engineTPOT <= 0 || ratio < 0.8 || ratio > 2 {
+			t.Errorf("%s: gateway TPOT %.4f s, engine's own inter-token time %.4f s: ratio %.2f, want 0.8 to 2", id, tpot, engineTPOT, ratio)
 		}
 		t.Logf("%s: TPOT gateway %.4f s, engine %.4f s", id, tpot, engineTPOT)
 	}

@@ -66,9 +66,12 @@ var ShardedObjects = []ShardedObject{
 // (DateTime64(6, 'UTC')). A Distributed table cannot pass parameters, so the sharded schema
 // has, under each of these names, a parameterized view of the same parameters that runs the
 // local one on every shard through the cluster table function and unites the answers: each
-// groups by request or by engine, which the sharding keys keep on one shard.
+// groups by request or by engine, which the sharding keys keep on one shard — except app_traces,
+// which groups an application's records by trace: a trace whose records carry different
+// request_ids can be split over shards and then yields one row per shard (README, "Running past
+// one machine").
 var ParameterizedViews = []string{
-	"engine_window_histograms", "engine_window_averages", "engine_requests", "app_requests", "request_facts_window",
+	"engine_window_histograms", "engine_window_averages", "engine_requests", "app_requests", "app_traces", "request_facts_window",
 }
 
 // windowArgs passes a parameterized view's parameters on to the local view it wraps.
