@@ -43,7 +43,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -62,9 +61,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/dev/benchkit"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/internal/service"
 	"github.com/servescope/servescope/services/gateway/server"
@@ -119,14 +116,7 @@ func command() *service.Command {
 	fs.StringVar(&s.natsPIDFile, "nats-pid-file", ".cache/nats/nats-server.pid", "pid file of the local nats-server, to report its CPU time per event during the gateway's throughput rounds (skipped when unreadable)")
 	fs.DurationVar(&s.linger, "linger", 5*time.Millisecond, "the gateway's GATEWAY_PUBLISH_LINGER")
 	c.Run = func(ctx context.Context, log *slog.Logger, _ []string) error {
-		met, err := run(ctx, log, s)
-		if err != nil {
-			return service.Exit(2, err)
-		}
-		if !met {
-			return service.Exit(1, nil)
-		}
-		return nil
+		return benchkit.Verdict(run(ctx, log, s))
 	}
 	return c
 }
@@ -172,31 +162,11 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 	}
 	defer stopBare()
 
-	natsCfg, err := config.Load[config.NATS]()
+	streams, err := benchkit.OpenStreams(ctx, "bench-gateway", fmt.Sprintf("bench_%d", time.Now().UnixNano()), 1<<30)
 	if err != nil {
 		return false, err
 	}
-	natsCfg.SubjectPrefix = fmt.Sprintf("bench_%d", time.Now().UnixNano())
-	// JetStream reserves max_bytes against the server's storage; the run needs far less than
-	// the 10 GiB default.
-	natsCfg.StreamMaxBytes = 1 << 30
-	nc, err := natsCfg.Connect("bench-gateway")
-	if err != nil {
-		return false, fmt.Errorf("NATS (start it with scripts/dev-services up): %w", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return false, err
-	}
-	topo := natsCfg.Topology()
-	if _, err := bus.Setup(ctx, js, topo, natsCfg.StreamSettings()); err != nil {
-		return false, err
-	}
-	defer func() {
-		_ = js.DeleteStream(ctx, topo.Stream())
-		_ = js.DeleteStream(ctx, topo.DLQStream())
-	}()
+	defer streams.Close()
 	spool, err := os.MkdirTemp("", "bench-gateway-spool-")
 	if err != nil {
 		return false, err
@@ -209,7 +179,7 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	gcfg.NATS = natsCfg
+	gcfg.NATS = streams.NATS
 	gw, err := server.New(gcfg, log)
 	if err != nil {
 		return false, err
@@ -409,12 +379,7 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 		fmt.Printf("throughput ratio, wall clock %.2f; CPU-normalized (broker charged in full) %.2f, target %.2f\n",
 			out["throughput_ratio"].(float64), cpu, s.targetThrough)
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return false, err
-	}
-	fmt.Println(string(b))
-	return met, nil
+	return met, benchkit.PrintResult(out)
 }
 
 func startProfile(path string) (func(), error) {
