@@ -53,8 +53,6 @@ import (
 	"net/url"
 	"os"
 	"runtime/pprof"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -222,7 +220,7 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 		fmt.Fprintln(os.Stderr, "bench-gateway: publisher did not settle within 10 s")
 	}
 	spread := map[string]*spreadResult{}
-	natsPID := readPID(s.natsPIDFile)
+	natsPID := benchkit.ReadPID(s.natsPIDFile)
 	brokers := map[string]float64{}
 	for _, m := range modes {
 		var brokerCPU time.Duration
@@ -268,7 +266,7 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 						return false, err
 					}
 				}
-				nats0, self0 := procCPU(natsPID), selfCPU()
+				nats0, self0 := benchkit.ProcCPU(natsPID), selfCPU()
 				n, d := throughput(client, p.url, m.body, s.saturateConc, s.saturateFor/time.Duration(s.throughputRounds), errs[p.name])
 				stop()
 				perRound[p.name] = append(perRound[p.name], float64(n)/d.Seconds())
@@ -278,7 +276,7 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 					gwRequests.Add(n)
 					settle()
 				}
-				natsUsed := procCPU(natsPID) - nats0
+				natsUsed := benchkit.ProcCPU(natsPID) - nats0
 				cpuUsed[p.name] += selfCPU() - self0 + natsUsed
 				cpuDone[p.name] += n
 				if p.name == "gateway" {
@@ -291,26 +289,26 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 		for i := range perRound["gateway"] {
 			tpRatios = append(tpRatios, perRound["gateway"][i]/perRound["bare"][i])
 		}
-		dp50, dp99 := pct(lat["direct"], 50), pct(lat["direct"], 99)
+		dp50, dp99 := benchkit.Pct(lat["direct"], 50), benchkit.Pct(lat["direct"], 99)
 		r := &modeResult{
-			DirectP50Ms: ms(dp50), DirectP99Ms: ms(dp99),
-			BareAddedP50Ms: ms(added(rounds, "bare", 50)), BareAddedP99Ms: ms(added(rounds, "bare", 99)),
-			GwAddedP50Ms: ms(added(rounds, "gateway", 50)), GwAddedP99Ms: ms(added(rounds, "gateway", 99)),
-			DirectRPS: round(median(perRound["direct"])), BareRPS: round(median(perRound["bare"])), GatewayRPS: round(median(perRound["gateway"])),
+			DirectP50Ms: benchkit.Ms(dp50), DirectP99Ms: benchkit.Ms(dp99),
+			BareAddedP50Ms: benchkit.Ms(added(rounds, "bare", 50)), BareAddedP99Ms: benchkit.Ms(added(rounds, "bare", 99)),
+			GwAddedP50Ms: benchkit.Ms(added(rounds, "gateway", 50)), GwAddedP99Ms: benchkit.Ms(added(rounds, "gateway", 99)),
+			DirectRPS: benchkit.Round(benchkit.Median(perRound["direct"]), 3), BareRPS: benchkit.Round(benchkit.Median(perRound["bare"]), 3), GatewayRPS: benchkit.Round(benchkit.Median(perRound["gateway"]), 3),
 		}
-		r.AddedP50Ratio = ratio(r.GwAddedP50Ms, r.BareAddedP50Ms, ms(s.p50Resolution))
-		r.AddedP99Ratio = ratio(r.GwAddedP99Ms, r.BareAddedP99Ms, ms(s.p99Resolution))
-		r.ThroughputRatio = round(median(tpRatios))
+		r.AddedP50Ratio = benchkit.Ratio(r.GwAddedP50Ms, r.BareAddedP50Ms, benchkit.Ms(s.p50Resolution))
+		r.AddedP99Ratio = benchkit.Ratio(r.GwAddedP99Ms, r.BareAddedP99Ms, benchkit.Ms(s.p99Resolution))
+		r.ThroughputRatio = benchkit.Round(benchkit.Median(tpRatios), 3)
 		if natsPID > 0 {
 			cost := func(path string) float64 {
 				return float64(cpuUsed[path].Microseconds()) / float64(max(cpuDone[path], 1))
 			}
-			r.DirectCPUUsPerReq, r.BareCPUUsPerReq, r.GatewayCPUUsPerReq = round(cost("direct")), round(cost("bare")), round(cost("gateway"))
-			r.CPUThroughputRatio = round(cost("bare") / cost("gateway"))
+			r.DirectCPUUsPerReq, r.BareCPUUsPerReq, r.GatewayCPUUsPerReq = benchkit.Round(cost("direct"), 3), benchkit.Round(cost("bare"), 3), benchkit.Round(cost("gateway"), 3)
+			r.CPUThroughputRatio = benchkit.Round(cost("bare")/cost("gateway"), 3)
 		}
 		results[m.name] = r
 		if natsPID > 0 && brokerEvents > 0 {
-			brokers[m.name] = round(float64(brokerCPU.Microseconds()) / float64(brokerEvents))
+			brokers[m.name] = benchkit.Round(float64(brokerCPU.Microseconds())/float64(brokerEvents), 3)
 			fmt.Printf("%-13s CPU per request (this process + nats-server): direct %.0f µs, bare %.0f µs, gateway %.0f µs (ratio %.2f); nats-server %.1f µs per event (shared server: other clients count too)\n",
 				m.name, r.DirectCPUUsPerReq, r.BareCPUUsPerReq, r.GatewayCPUUsPerReq, r.CPUThroughputRatio, brokers[m.name])
 		}
@@ -360,8 +358,8 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 		"events_published":             st.Published + st.Replayed,
 		"events_dropped":               st.Dropped,
 		"errors":                       map[string]int64{"direct": errs["direct"].Load(), "bare": errs["bare"].Load(), "gateway": errs["gateway"].Load()},
-		"p50_resolution_ms":            ms(s.p50Resolution),
-		"p99_resolution_ms":            ms(s.p99Resolution),
+		"p50_resolution_ms":            benchkit.Ms(s.p50Resolution),
+		"p99_resolution_ms":            benchkit.Ms(s.p99Resolution),
 		"target_added_p50":             s.targetP50,
 		"target_added_p99":             s.targetP99,
 		"target_throughput":            s.targetThrough,
@@ -557,48 +555,9 @@ func serve(h http.Handler) (string, func(), error) {
 func added(rounds map[string][][]time.Duration, path string, p float64) time.Duration {
 	var diffs []time.Duration
 	for i := range rounds[path] {
-		diffs = append(diffs, pct(rounds[path][i], p)-pct(rounds["direct"][i], p))
+		diffs = append(diffs, benchkit.Pct(rounds[path][i], p)-benchkit.Pct(rounds["direct"][i], p))
 	}
-	return pct(diffs, 50)
-}
-
-// readPID reads a pid file; 0 when it cannot.
-func readPID(path string) int {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || procCPU(pid) < 0 {
-		return 0
-	}
-	return pid
-}
-
-// procCPU is the CPU time process pid has run, summed over its threads from
-// /proc/PID/task/*/schedstat (nanoseconds); -1 when unreadable, 0 for pid 0.
-func procCPU(pid int) time.Duration {
-	if pid <= 0 {
-		return 0
-	}
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return -1
-	}
-	var total time.Duration
-	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
-		if err != nil {
-			continue // the thread ended
-		}
-		f := strings.Fields(string(b))
-		if len(f) == 0 {
-			continue
-		}
-		ns, _ := strconv.ParseInt(f[0], 10, 64)
-		total += time.Duration(ns)
-	}
-	return total
+	return benchkit.Pct(diffs, 50)
 }
 
 // selfCPU is this process's user and system CPU time.
@@ -621,7 +580,7 @@ type spreadResult struct {
 func roundsMs(rounds [][]time.Duration, p float64) []float64 {
 	var out []float64
 	for _, r := range rounds {
-		out = append(out, ms(pct(r, p)))
+		out = append(out, benchkit.Ms(benchkit.Pct(r, p)))
 	}
 	return out
 }
@@ -629,7 +588,7 @@ func roundsMs(rounds [][]time.Duration, p float64) []float64 {
 func addedRoundsMs(rounds map[string][][]time.Duration, path string, p float64) []float64 {
 	var out []float64
 	for i := range rounds[path] {
-		out = append(out, ms(pct(rounds[path][i], p)-pct(rounds["direct"][i], p)))
+		out = append(out, benchkit.Ms(benchkit.Pct(rounds[path][i], p)-benchkit.Pct(rounds["direct"][i], p)))
 	}
 	return out
 }
@@ -637,41 +596,7 @@ func addedRoundsMs(rounds map[string][][]time.Duration, path string, p float64) 
 func roundAll(f []float64) []float64 {
 	out := make([]float64, len(f))
 	for i, v := range f {
-		out[i] = round(v)
+		out[i] = benchkit.Round(v, 3)
 	}
 	return out
-}
-
-// median is the middle value (the upper one of an even count).
-func median(f []float64) float64 {
-	if len(f) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), f...)
-	sort.Float64s(s)
-	return s[len(s)/2]
-}
-
-func pct(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	i := int(float64(len(s)-1) * p / 100)
-	return s[i]
-}
-
-func ms(d time.Duration) float64 { return round(float64(d) / float64(time.Millisecond)) }
-
-func round(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
-
-// ratio is a/b with both raised to floor: added latencies below the measurement's resolution
-// (including negative ones, which are noise) are indistinguishable from it.
-func ratio(a, b, floor float64) float64 {
-	a, b = max(a, floor), max(b, floor)
-	if b <= 0 {
-		return 0
-	}
-	return round(a / b)
 }
