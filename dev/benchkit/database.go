@@ -3,9 +3,13 @@ package benchkit
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/segmentio/ksuid"
 
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
@@ -66,3 +70,34 @@ func (d *Database) Drop() error {
 	}
 	return nil
 }
+
+// ClickHouse is the configuration of the server a bench runs on: SERVESCOPE_CLICKHOUSE_*, with
+// addr (a native host:port) in place of its addresses when given, or, when private, a private
+// server of the dev build (StartPrivateClickHouse, the working directory being the repository
+// root) so the shared dev server's other users are neither loaded nor put at risk. stop stops
+// the private server and removes its data; it does nothing otherwise.
+func ClickHouse(ctx context.Context, private bool, addr string, log *slog.Logger) (cfg config.ClickHouse, stop func(), err error) {
+	if cfg, err = config.Load[config.ClickHouse](); err != nil {
+		return cfg, nil, err
+	}
+	stop = func() {}
+	if private {
+		root, err := os.Getwd()
+		if err != nil {
+			return cfg, nil, err
+		}
+		ch, err := StartPrivateClickHouse(ctx, root, "", log)
+		if err != nil {
+			return cfg, nil, err
+		}
+		addr, stop = ch.Addr(), ch.Stop
+	}
+	if addr != "" {
+		cfg.Addr = []string{addr}
+	}
+	return cfg, stop, nil
+}
+
+// RunID is a fresh name for one run's streams and databases: a KSUID (ordered by time) in lower
+// case, valid in a NATS subject token and a ClickHouse database name.
+func RunID() string { return strings.ToLower(ksuid.New().String()) }
