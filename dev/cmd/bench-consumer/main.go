@@ -27,7 +27,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/segmentio/ksuid"
 
 	"github.com/servescope/servescope/dev/benchkit"
 	"github.com/servescope/servescope/dev/eventgen"
@@ -88,7 +87,7 @@ func run(ctx context.Context, log *slog.Logger, consumerBin string, n, batchRows
 	if err != nil {
 		return res, err
 	}
-	id := strings.ToLower(ksuid.New().String())
+	id := benchkit.RunID()
 	// The streams, and the durable consumer (c) reads, sized for its CONSUMER_BATCH_ROWS and
 	// default flush interval.
 	streams, err := benchkit.OpenStreams(ctx, "bench-consumer", "bench_"+id, 0, bus.DurableFor(benchDurable, batchRows, time.Second))

@@ -30,7 +30,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/segmentio/ksuid"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -85,7 +84,7 @@ func run(ctx context.Context, log *slog.Logger, bin string, rates []int, flushes
 	if err != nil {
 		return false, err
 	}
-	id := strings.ToLower(ksuid.New().String())
+	id := benchkit.RunID()
 	// The durable consumer is set up per flush interval below.
 	streams, err := benchkit.OpenStreams(ctx, "bench-freshness", "fresh_"+id, 256<<20)
 	if err != nil {

@@ -130,8 +130,8 @@ func run(log *slog.Logger, s settings) (bool, error) {
 	return report(s, spec, vs[0], vs[1])
 }
 
-// migrate applies every migration to the "after" database and all but the last (the codecs) to
-// the "before" one.
+// migrate applies every migration to the "after" database and all but the last one (today
+// migrations/000013_codecs, the one measured) to the "before" one.
 func (v *variant) migrate(ctx context.Context, cfg config.ClickHouse) error {
 	g, err := chstore.NewMigrator(ctx, cfg)
 	if err != nil {
