@@ -3,6 +3,8 @@ package benchkit
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
 	"testing"
 	"time"
 
@@ -15,7 +17,7 @@ import (
 	"github.com/servescope/servescope/internal/service"
 )
 
-func TestOpenStreamsSetsUpTheStreamsAndCloseDeletesThem(t *testing.T) {
+func TestOpenStreamsSetsUpTheStreamsAndCloseDeletesThemAndTheSpool(t *testing.T) {
 	testenv.NATS(t) // unreachable: skipped, or failed under SERVESCOPE_REQUIRE_INTEGRATION=1
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -52,8 +54,18 @@ func TestOpenStreamsSetsUpTheStreamsAndCloseDeletesThem(t *testing.T) {
 	if _, err := js.Consumer(ctx, s.Topology.Stream(), "bench-test"); err != nil {
 		t.Errorf("durable after OpenStreams: %v", err)
 	}
+	spool, err := s.Spool("benchkit-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(spool); err != nil || !fi.IsDir() {
+		t.Fatalf("spool %s: %v", spool, err)
+	}
 	s.Close()
 	closed = true
+	if _, err := os.Stat(spool); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("spool %s after Close: %v, want it removed", spool, err)
+	}
 	for _, name := range []string{s.Topology.Stream(), s.Topology.DLQStream()} {
 		if _, err := js.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {
 			t.Errorf("stream %s after Close: err %v, want ErrStreamNotFound", name, err)

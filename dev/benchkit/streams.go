@@ -3,6 +3,7 @@ package benchkit
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,6 +23,8 @@ type Streams struct {
 	Conn     *nats.Conn
 	JS       jetstream.JetStream
 	Topology bus.Topology
+
+	spools []string
 }
 
 // OpenStreams loads SERVESCOPE_NATS_*, sets the subject prefix to prefix and, when maxBytes is
@@ -65,12 +68,26 @@ func (s *Streams) Setup(ctx context.Context, ds ...bus.Durable) error {
 	return nil
 }
 
+// Spool makes an empty directory for the on-disk spool of a publisher (schema/publish) writing
+// to these streams, named after name; Close removes it.
+func (s *Streams) Spool(name string) (string, error) {
+	dir, err := os.MkdirTemp("", name+"-spool-")
+	if err != nil {
+		return "", fmt.Errorf("spool directory: %w", err)
+	}
+	s.spools = append(s.spools, dir)
+	return dir, nil
+}
+
 // Close deletes the events and dead-letter streams (within 30 seconds, whatever became of the
-// bench's context) and closes the connection.
+// bench's context), closes the connection and removes the spool directories.
 func (s *Streams) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = s.JS.DeleteStream(ctx, s.Topology.Stream())
 	_ = s.JS.DeleteStream(ctx, s.Topology.DLQStream())
 	s.Conn.Close()
+	for _, dir := range s.spools {
+		_ = os.RemoveAll(dir)
+	}
 }

@@ -108,11 +108,10 @@ func run(s settings, log *slog.Logger) (bool, error) {
 		return false, err
 	}
 	defer streams.Close()
-	spool, err := os.MkdirTemp("", "bench-collector-spool-")
+	spool, err := streams.Spool("bench-collector")
 	if err != nil {
 		return false, err
 	}
-	defer os.RemoveAll(spool)
 	pub, err := publish.New(streams.Conn, streams.NATS.SubjectPrefix, publish.Config{SpoolDir: spool, Logger: log})
 	if err != nil {
 		return false, err

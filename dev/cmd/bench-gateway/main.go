@@ -165,11 +165,10 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 		return false, err
 	}
 	defer streams.Close()
-	spool, err := os.MkdirTemp("", "bench-gateway-spool-")
+	spool, err := streams.Spool("bench-gateway")
 	if err != nil {
 		return false, err
 	}
-	defer os.RemoveAll(spool)
 	gcfg, err := config.LoadFrom[server.Config](map[string]string{
 		"GATEWAY_LISTEN_ADDR": "127.0.0.1:0", "GATEWAY_UPSTREAM_URL": engineURL, "GATEWAY_SPOOL_DIR": spool,
 		"GATEWAY_PUBLISH_LINGER": s.linger.String(),

@@ -712,11 +712,10 @@ func run(s settings) (bool, error) {
 		return false, err
 	}
 	defer streams.Close()
-	spool, err := os.MkdirTemp("", "bench-streams-spool-")
+	spool, err := streams.Spool("bench-streams")
 	if err != nil {
 		return false, err
 	}
-	defer os.RemoveAll(spool)
 	os.Setenv("SERVESCOPE_SUBJECT_PREFIX", streams.NATS.SubjectPrefix)
 	os.Setenv("SERVESCOPE_STREAM_MAX_BYTES", strconv.FormatInt(streams.NATS.StreamMaxBytes, 10))
 
