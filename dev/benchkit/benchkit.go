@@ -1,7 +1,9 @@
-// Package benchkit holds what the production-shape benchmarks (scripts/bench streams, freshness,
-// storage, history) share: percentiles and medians over interleaved rounds, CPU time of a process
-// read from /proc, the machine's load average to print beside every figure, and a private
-// ClickHouse server for benches that must not load the shared dev server.
+// Package benchkit holds what the benchmarks (dev/cmd/bench-*, run by scripts/bench) share, so
+// each does a thing one way: percentiles and medians over interleaved rounds, CPU time of a
+// process read from /proc, the machine's load average to print beside every figure, a private
+// ClickHouse server for benches that must not load the shared dev server, a bench's own NATS
+// streams and ClickHouse databases (set up with the setup step's code, removed afterwards), its
+// comma-separated flag lists, its final JSON line and its exit status.
 package benchkit
 
 import (

@@ -32,7 +32,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -54,7 +53,6 @@ import (
 
 	"github.com/servescope/servescope/internal/service"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -65,8 +63,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/servescope/servescope/dev/appspans"
-	"github.com/servescope/servescope/internal/bus"
-	"github.com/servescope/servescope/internal/config"
+	"github.com/servescope/servescope/dev/benchkit"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/services/collector/apptrace"
 	"github.com/servescope/servescope/services/collector/otlp"
@@ -97,14 +94,7 @@ func command() *service.Command {
 	c.Flags.Float64Var(&s.targetHeapMiB, "target-heap-mib", 256, "most Go heap in use allowed, MiB, over the whole run")
 	c.Flags.StringVar(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of the saturate phase to this file")
 	c.Run = func(_ context.Context, log *slog.Logger, _ []string) error {
-		met, err := run(s, log)
-		if err != nil {
-			return service.Exit(2, err)
-		}
-		if !met {
-			return service.Exit(1, nil)
-		}
-		return nil
+		return benchkit.Verdict(run(s, log))
 	}
 	return c
 }
@@ -113,36 +103,16 @@ func run(s settings, log *slog.Logger) (bool, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	natsCfg, err := config.Load[config.NATS]()
+	streams, err := benchkit.OpenStreams(ctx, "bench-collector", fmt.Sprintf("bench_collector_%d", time.Now().UnixNano()), 1<<30)
 	if err != nil {
 		return false, err
 	}
-	natsCfg.SubjectPrefix = fmt.Sprintf("bench_collector_%d", time.Now().UnixNano())
-	natsCfg.StreamMaxBytes = 1 << 30
-	nc, err := natsCfg.Connect("bench-collector")
-	if err != nil {
-		return false, fmt.Errorf("NATS (start it with scripts/dev-services up): %w", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
+	defer streams.Close()
+	spool, err := streams.Spool("bench-collector")
 	if err != nil {
 		return false, err
 	}
-	// The setup step's code, as `servescope migrate up` runs it.
-	topo := natsCfg.Topology()
-	if _, err := bus.Setup(ctx, js, topo, natsCfg.StreamSettings()); err != nil {
-		return false, err
-	}
-	defer func() {
-		_ = js.DeleteStream(context.Background(), topo.Stream())
-		_ = js.DeleteStream(context.Background(), topo.DLQStream())
-	}()
-	spool, err := os.MkdirTemp("", "bench-collector-spool-")
-	if err != nil {
-		return false, err
-	}
-	defer os.RemoveAll(spool)
-	pub, err := publish.New(nc, natsCfg.SubjectPrefix, publish.Config{SpoolDir: spool, Logger: log})
+	pub, err := publish.New(streams.Conn, streams.NATS.SubjectPrefix, publish.Config{SpoolDir: spool, Logger: log})
 	if err != nil {
 		return false, err
 	}
@@ -248,12 +218,7 @@ func run(s settings, log *slog.Logger) (bool, error) {
 	out["targets"] = map[string]any{"spans_per_s": s.rate, "heap_inuse_mib": s.targetHeapMiB, "buffered_within_bounds": true}
 	out["rate_target_met"], out["bounds_target_met"], out["heap_target_met"] = rateMet, boundsMet, heapMet
 	out["targets_met"] = met
-	b, err := json.Marshal(out)
-	if err != nil {
-		return false, err
-	}
-	fmt.Println(string(b))
-	return met, nil
+	return met, benchkit.PrintResult(out)
 }
 
 // captureTemplates runs each instrumentation shape through the Go SDK's OTLP/HTTP exporter into

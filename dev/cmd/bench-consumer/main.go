@@ -17,7 +17,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,8 +27,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/segmentio/ksuid"
 
+	"github.com/servescope/servescope/dev/benchkit"
 	"github.com/servescope/servescope/dev/eventgen"
 	"github.com/servescope/servescope/dev/proc"
 	"github.com/servescope/servescope/internal/bus"
@@ -78,64 +77,36 @@ func command() *service.Command {
 		if err != nil {
 			return service.Exit(2, err)
 		}
-		b, _ := json.Marshal(res)
-		fmt.Println(string(b))
-		if !res.TargetsMet {
-			return service.Exit(1, nil)
-		}
-		return nil
+		return benchkit.Verdict(res.TargetsMet, benchkit.PrintResult(res))
 	}
 	return c
 }
 
 func run(ctx context.Context, log *slog.Logger, consumerBin string, n, batchRows int) (res result, err error) {
-	natsCfg, err := config.Load[config.NATS]()
-	if err != nil {
-		return res, err
-	}
 	chCfg, err := config.Load[config.ClickHouse]()
 	if err != nil {
 		return res, err
 	}
-	id := strings.ToLower(ksuid.New().String())
-	natsCfg.SubjectPrefix = "bench_" + id
-	topo := natsCfg.Topology()
-	rawDB, consumerDB := chCfg, chCfg
-	rawDB.Database, consumerDB.Database = "bench_raw_"+id, "bench_consumer_"+id
-
-	nc, err := natsCfg.Connect("bench-consumer")
+	id := benchkit.RunID()
+	// The streams, and the durable consumer (c) reads, sized for its CONSUMER_BATCH_ROWS and
+	// default flush interval.
+	streams, err := benchkit.OpenStreams(ctx, "bench-consumer", "bench_"+id, 0, bus.DurableFor(benchDurable, batchRows, time.Second))
 	if err != nil {
 		return res, err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	defer streams.Close()
+	natsCfg, js, topo := streams.NATS, streams.JS, streams.Topology
+	raw, err := benchkit.CreateDatabase(ctx, chCfg, "bench_raw_"+id, nil)
 	if err != nil {
 		return res, err
 	}
-	// The setup step's code, as `servescope migrate up` runs it: the streams, and the durable
-	// consumer (c) reads, sized for its CONSUMER_BATCH_ROWS and default flush interval.
-	if _, err := bus.Setup(ctx, js, topo, natsCfg.StreamSettings(), bus.DurableFor(benchDurable, batchRows, time.Second)); err != nil {
+	defer raw.Drop()
+	consumer, err := benchkit.CreateDatabase(ctx, chCfg, "bench_consumer_"+id, nil)
+	if err != nil {
 		return res, err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = js.DeleteStream(cctx, topo.Stream())
-		_ = js.DeleteStream(cctx, topo.DLQStream())
-		for _, db := range []config.ClickHouse{rawDB, consumerDB} {
-			admin := db
-			admin.Database = "default"
-			if conn, err := chstore.Open(cctx, admin); err == nil {
-				_ = conn.Exec(cctx, "DROP DATABASE IF EXISTS `"+db.Database+"` SYNC")
-				_ = conn.Close()
-			}
-		}
-	}()
-	for _, db := range []config.ClickHouse{rawDB, consumerDB} {
-		if err := chstore.Migrate(ctx, db); err != nil {
-			return res, err
-		}
-	}
+	defer consumer.Drop()
+	rawDB, consumerDB := raw.Config, consumer.Config
 
 	// Pre-fill the stream; keep the events for (b).
 	base := time.Now().Add(-time.Hour)

@@ -18,23 +18,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
 	"sort"
 	"sync/atomic"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/segmentio/ksuid"
 
-	"github.com/servescope/servescope/dev/servers"
-	"github.com/servescope/servescope/internal/chstore"
-	"github.com/servescope/servescope/internal/config"
+	"github.com/servescope/servescope/dev/benchkit"
 	svc "github.com/servescope/servescope/internal/service"
 	"github.com/servescope/servescope/services/detector/rules"
 	"github.com/servescope/servescope/services/detector/service"
@@ -55,14 +49,7 @@ func command() *svc.Command {
 			"data in a temporary directory) instead of SERVESCOPE_CLICKHOUSE_ADDR; the working directory is the repository root"),
 	}
 	c.Run = func(ctx context.Context, log *slog.Logger, _ []string) error {
-		ok, err := run(ctx, log, s)
-		if err != nil {
-			return svc.Exit(2, err)
-		}
-		if !ok {
-			return svc.Exit(1, nil)
-		}
-		return nil
+		return benchkit.Verdict(run(ctx, log, s))
 	}
 	return c
 }
@@ -101,31 +88,24 @@ type result struct {
 
 func run(ctx context.Context, log *slog.Logger, s benchSettings) (bool, error) {
 	small, large, runs, target, stopMerges, private := s.small, s.large, s.runs, s.target, s.stopMerges, s.private
-	cfg, err := config.Load[config.ClickHouse]()
+	cfg, stopServer, err := benchkit.ClickHouse(ctx, *private, "", log)
 	if err != nil {
 		return false, err
 	}
-	if *private {
-		addr, stop, err := privateClickHouse(ctx, log)
-		if err != nil {
-			return false, err
-		}
-		defer stop()
-		cfg.Addr = []string{addr}
-	}
-	id := ksuidLower()
+	defer stopServer()
+	id := benchkit.RunID()
 	// Two databases side by side, so the rules are timed alternately on both and load from other
 	// work on the machine hits both sizes alike.
-	smallConn, err := openBenchDB(ctx, cfg, "bench_detector_small_"+id, log)
+	smallDB, err := benchkit.CreateDatabase(ctx, cfg, "bench_detector_small_"+id, nil)
 	if err != nil {
 		return false, err
 	}
-	defer smallConn.close()
-	largeConn, err := openBenchDB(ctx, cfg, "bench_detector_large_"+id, log)
+	defer dropUnlessKept(smallDB, log)
+	largeDB, err := benchkit.CreateDatabase(ctx, cfg, "bench_detector_large_"+id, nil)
 	if err != nil {
 		return false, err
 	}
-	defer largeConn.close()
+	defer dropUnlessKept(largeDB, log)
 
 	defs, err := service.LoadRules("")
 	if err != nil {
@@ -136,27 +116,27 @@ func run(ctx context.Context, log *slog.Logger, s benchSettings) (bool, error) {
 	now := time.Now().UTC().Truncate(time.Minute)
 	step := 30 * time.Hour / time.Duration(*small)
 	for _, db := range []struct {
-		c    *benchDB
+		c    *benchkit.Database
 		rows int
-	}{{smallConn, *small}, {largeConn, *large}} {
+	}{{smallDB, *small}, {largeDB, *large}} {
 		start := time.Now()
-		if err := generate(ctx, db.c.conn, now, step, 0, db.rows); err != nil {
+		if err := generate(ctx, db.c.Conn, now, step, 0, db.rows); err != nil {
 			return false, err
 		}
-		log.Info("history generated", "database", db.c.name, "rows_per_table", db.rows, "took", time.Since(start).Round(time.Millisecond))
+		log.Info("history generated", "database", db.c.Config.Database, "rows_per_table", db.rows, "took", time.Since(start).Round(time.Millisecond))
 	}
 
 	// Background merges of the freshly inserted history would slow the large database's queries
 	// only; let them finish (bounded), then hold them so both sizes are timed in a steady state.
-	settleMerges(ctx, largeConn.conn, *stopMerges, log)
+	settleMerges(ctx, largeDB.Conn, *stopMerges, log)
 
 	res := &result{Bench: "detector", RowsSmall: *small, RowsLarge: *large, Rules: map[string]*ruleResult{}, TargetRatio: *target}
 	for _, d := range defs {
-		rs, err := rules.NewSQLRule(d, smallConn.conn)
+		rs, err := rules.NewSQLRule(d, smallDB.Conn)
 		if err != nil {
 			return false, err
 		}
-		rl, err := rules.NewSQLRule(d, largeConn.conn)
+		rl, err := rules.NewSQLRule(d, largeDB.Conn)
 		if err != nil {
 			return false, err
 		}
@@ -180,9 +160,9 @@ func run(ctx context.Context, log *slog.Logger, s benchSettings) (bool, error) {
 			"small_median_ms", rr.SmallMedianMilliseconds, "large_median_ms", rr.LargeMedianMilliseconds)
 	}
 	for name, rr := range res.Rules {
-		rr.Ratio = round(rr.LargeMilliseconds / rr.SmallMilliseconds)
+		rr.Ratio = benchkit.Round(rr.LargeMilliseconds/rr.SmallMilliseconds, 2)
 		if rr.SmallRowsRead > 0 {
-			res.RowsReadRatio = max(res.RowsReadRatio, round(float64(rr.LargeRowsRead)/float64(rr.SmallRowsRead)))
+			res.RowsReadRatio = max(res.RowsReadRatio, benchkit.Round(float64(rr.LargeRowsRead)/float64(rr.SmallRowsRead), 2))
 		}
 		if rr.Ratio > res.ScalingRatio {
 			res.ScalingRatio, res.WorstRule = rr.Ratio, name
@@ -199,12 +179,7 @@ func run(ctx context.Context, log *slog.Logger, s benchSettings) (bool, error) {
 		fmt.Fprintf(os.Stderr, "%-26s %8.1f ms (1M) %8.1f ms (10M)  ratio %.2f  rows read %d / %d\n",
 			n, rr.SmallMilliseconds, rr.LargeMilliseconds, rr.Ratio, rr.SmallRowsRead, rr.LargeRowsRead)
 	}
-	out, err := json.Marshal(res)
-	if err != nil {
-		return false, err
-	}
-	fmt.Println(string(out))
-	return res.TargetsMet, nil
+	return res.TargetsMet, benchkit.PrintResult(res)
 }
 
 // timeRule evaluates the rule on both databases alternately, runs times each after a warm-up, and
@@ -220,7 +195,7 @@ func timeRule(ctx context.Context, small, large *rules.SQLRule, at time.Time, ru
 		if _, err := r.Eval(ctx, at); err != nil {
 			return 0, err
 		}
-		return round(float64(time.Since(start).Microseconds()) / 1000), nil
+		return benchkit.Round(float64(time.Since(start).Microseconds())/1000, 2), nil
 	}
 	for range runs {
 		s, err := once(small)
@@ -267,34 +242,16 @@ func settleMerges(ctx context.Context, conn driver.Conn, stop bool, log *slog.Lo
 	}
 }
 
-type benchDB struct {
-	name string
-	conn driver.Conn
-	log  *slog.Logger
-}
-
-func openBenchDB(ctx context.Context, cfg config.ClickHouse, name string, log *slog.Logger) (*benchDB, error) {
-	cfg.Database = name
-	if err := chstore.Migrate(ctx, cfg); err != nil {
-		return nil, err
+// dropUnlessKept drops db, unless BENCH_DETECTOR_KEEP=1 keeps it to look at afterwards.
+func dropUnlessKept(db *benchkit.Database, log *slog.Logger) {
+	if os.Getenv("BENCH_DETECTOR_KEEP") == "1" {
+		_ = db.Conn.Close()
+		return
 	}
-	conn, err := chstore.Open(ctx, cfg)
-	if err != nil {
-		return nil, err
+	if err := db.Drop(); err != nil {
+		log.Error("drop bench database", "err", err)
 	}
-	return &benchDB{name: name, conn: conn, log: log}, nil
 }
-
-func (b *benchDB) close() {
-	if os.Getenv("BENCH_DETECTOR_KEEP") != "1" {
-		if err := b.conn.Exec(context.Background(), "DROP DATABASE IF EXISTS `"+b.name+"` SYNC"); err != nil {
-			b.log.Error("drop bench database", "database", b.name, "err", err)
-		}
-	}
-	_ = b.conn.Close()
-}
-
-func round(v float64) float64 { return float64(int64(v*100+0.5)) / 100 }
 
 // generate inserts history rows with index in [from, to) into every table the rules read; row i is
 // at now - i*step. Values are pseudo-random functions of i (cityHash64), so runs are repeatable.
@@ -348,61 +305,4 @@ func generate(ctx context.Context, conn driver.Conn, now time.Time, step time.Du
 		}
 	}
 	return nil
-}
-
-// privateClickHouse starts the dev build of ClickHouse (dev/servers) on free loopback ports with its
-// data in a temporary directory, so the shared dev server's other users are neither loaded nor put at
-// risk; stop stops it and removes the directory.
-func privateClickHouse(ctx context.Context, log *slog.Logger) (addr string, stop func(), err error) {
-	root, err := os.Getwd()
-	if err != nil {
-		return "", nil, err
-	}
-	in := servers.InstalledIn(servers.CacheDir(root))
-	if err := in.Check(); err != nil {
-		return "", nil, err
-	}
-	dir, err := os.MkdirTemp("", "bench-detector-")
-	if err != nil {
-		return "", nil, err
-	}
-	ports := make([]int, 2)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", nil, fmt.Errorf("pick a free port: %w", err)
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
-	s, err := servers.NewClickHouse(servers.ClickHouse{
-		Launcher: in.Chlaunch, Lib: in.Libchdb, TCPPort: ports[0], HTTPPort: ports[1],
-		DataDir: filepath.Join(dir, "data"), ConfigFile: filepath.Join(dir, "config.xml"),
-		EngineLog: filepath.Join(dir, "clickhouse-server.log"), EngineErrorLog: filepath.Join(dir, "clickhouse-server.err.log"),
-		LogLevel: "warning", Log: filepath.Join(dir, "clickhouse.log"), DieWithCaller: true,
-	})
-	if err == nil {
-		err = s.Start(ctx)
-	}
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("private ClickHouse: %w", err)
-	}
-	log.Info("private ClickHouse", "addr", s.Addr(), "pid", s.Pid())
-	return s.Addr(), func() {
-		if err := s.Stop(context.Background()); err != nil {
-			log.Warn("stop the private ClickHouse", "err", err)
-		}
-		_ = os.RemoveAll(dir)
-	}, nil
-}
-
-func ksuidLower() string {
-	b := []byte(ksuid.New().String())
-	for i, c := range b {
-		if c >= 'A' && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }

@@ -19,12 +19,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -32,7 +30,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/segmentio/ksuid"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -41,7 +38,6 @@ import (
 	"github.com/servescope/servescope/dev/eventgen"
 	"github.com/servescope/servescope/dev/proc"
 	"github.com/servescope/servescope/internal/bus"
-	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
 )
@@ -56,33 +52,18 @@ func command() *service.Command {
 	duration := c.Flags.Duration("duration", 5*time.Second, "publishing time per rate")
 	target := c.Flags.Duration("target", 2*time.Second, "max p99 at 1,000 requests/s with the first flush interval")
 	c.Run = func(ctx context.Context, log *slog.Logger, _ []string) error {
-		var rs []int
-		for _, f := range strings.Split(*rates, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n <= 0 {
-				return service.UsageError(fmt.Errorf("--rates: %q is not a positive rate", f))
-			}
-			rs = append(rs, n)
+		rs, err := benchkit.PositiveInts("rates", *rates, "rate")
+		if err != nil {
+			return err
 		}
-		var fs []time.Duration
-		for _, f := range strings.Split(*flushes, ",") {
-			d, err := time.ParseDuration(strings.TrimSpace(f))
-			if err != nil || d <= 0 {
-				return service.UsageError(fmt.Errorf("--flush: %q is not a positive duration", f))
-			}
-			fs = append(fs, d)
+		fs, err := benchkit.PositiveDurations("flush", *flushes)
+		if err != nil {
+			return err
 		}
 		if *consumerBin == "" {
 			return service.UsageError(fmt.Errorf("--consumer is required"))
 		}
-		met, err := run(ctx, log, *consumerBin, rs, fs, *duration, *target)
-		if err != nil {
-			return service.Exit(2, err)
-		}
-		if !met {
-			return service.Exit(1, nil)
-		}
-		return nil
+		return benchkit.Verdict(run(ctx, log, *consumerBin, rs, fs, *duration, *target))
 	}
 	return c
 }
@@ -99,55 +80,31 @@ type level struct {
 }
 
 func run(ctx context.Context, log *slog.Logger, bin string, rates []int, flushes []time.Duration, duration, target time.Duration) (bool, error) {
-	natsCfg, err := config.Load[config.NATS]()
-	if err != nil {
-		return false, err
-	}
 	chCfg, err := config.Load[config.ClickHouse]()
 	if err != nil {
 		return false, err
 	}
-	id := strings.ToLower(ksuid.New().String())
-	natsCfg.SubjectPrefix = "fresh_" + id
-	natsCfg.StreamMaxBytes = 256 << 20
-	topo := natsCfg.Topology()
-	chCfg.Database = "bench_freshness_" + id
-	nc, err := natsCfg.Connect("freshnessbench")
+	id := benchkit.RunID()
+	// The durable consumer is set up per flush interval below.
+	streams, err := benchkit.OpenStreams(ctx, "bench-freshness", "fresh_"+id, 256<<20)
 	if err != nil {
 		return false, err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	defer streams.Close()
+	natsCfg, js, topo := streams.NATS, streams.JS, streams.Topology
+	db, err := benchkit.CreateDatabase(ctx, chCfg, "bench_freshness_"+id, nil)
 	if err != nil {
 		return false, err
 	}
-	// The setup step's code, as `servescope migrate up` runs it; the durable consumer is set up
-	// per flush interval below.
-	if _, err := bus.Setup(ctx, js, topo, natsCfg.StreamSettings()); err != nil {
-		return false, err
-	}
-	if err := chstore.Migrate(ctx, chCfg); err != nil {
-		return false, err
-	}
-	conn, err := chstore.Open(ctx, chCfg)
-	if err != nil {
-		return false, err
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = js.DeleteStream(cctx, topo.Stream())
-		_ = js.DeleteStream(cctx, topo.DLQStream())
-		_ = conn.Exec(cctx, "DROP DATABASE IF EXISTS `"+chCfg.Database+"`")
-		conn.Close()
-	}()
+	defer db.Drop()
+	chCfg, conn := db.Config, db.Conn
 	var levels []level
 	seq := 0
 	met := true
 	for fi, flush := range flushes {
 		// The durable consumer as the setup step makes it for this CONSUMER_FLUSH_INTERVAL (and
 		// the consumer's default CONSUMER_BATCH_ROWS).
-		if _, err := bus.Setup(ctx, js, topo, natsCfg.StreamSettings(), bus.DurableFor("bench-freshness", 10_000, flush)); err != nil {
+		if err := streams.Setup(ctx, bus.DurableFor("bench-freshness", 10_000, flush)); err != nil {
 			return false, err
 		}
 		logFile, err := os.CreateTemp("", "freshnessbench-*.log")
@@ -192,15 +149,10 @@ func run(ctx context.Context, log *slog.Logger, bin string, rates []int, flushes
 			return false, fmt.Errorf("consumer did not exit cleanly: %w", err)
 		}
 	}
-	line, err := json.Marshal(map[string]any{
+	return met, benchkit.PrintResult(map[string]any{
 		"bench": "freshness", "levels": levels, "duration_s": duration.Seconds(),
 		"target_p99_ms_at_1000_per_s": benchkit.Ms(target), "load_avg_1m": benchkit.LoadAvg(), "targets_met": met,
 	})
-	if err != nil {
-		return false, err
-	}
-	fmt.Println(string(line))
-	return met, nil
 }
 
 // measure publishes rate events a second for duration, each finished at its publish time, waits

@@ -43,7 +43,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -54,17 +53,13 @@ import (
 	"net/url"
 	"os"
 	"runtime/pprof"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/servescope/servescope/internal/bus"
+	"github.com/servescope/servescope/dev/benchkit"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/internal/service"
 	"github.com/servescope/servescope/services/gateway/server"
@@ -119,14 +114,7 @@ func command() *service.Command {
 	fs.StringVar(&s.natsPIDFile, "nats-pid-file", ".cache/nats/nats-server.pid", "pid file of the local nats-server, to report its CPU time per event during the gateway's throughput rounds (skipped when unreadable)")
 	fs.DurationVar(&s.linger, "linger", 5*time.Millisecond, "the gateway's GATEWAY_PUBLISH_LINGER")
 	c.Run = func(ctx context.Context, log *slog.Logger, _ []string) error {
-		met, err := run(ctx, log, s)
-		if err != nil {
-			return service.Exit(2, err)
-		}
-		if !met {
-			return service.Exit(1, nil)
-		}
-		return nil
+		return benchkit.Verdict(run(ctx, log, s))
 	}
 	return c
 }
@@ -172,36 +160,15 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 	}
 	defer stopBare()
 
-	natsCfg, err := config.Load[config.NATS]()
+	streams, err := benchkit.OpenStreams(ctx, "bench-gateway", fmt.Sprintf("bench_%d", time.Now().UnixNano()), 1<<30)
 	if err != nil {
 		return false, err
 	}
-	natsCfg.SubjectPrefix = fmt.Sprintf("bench_%d", time.Now().UnixNano())
-	// JetStream reserves max_bytes against the server's storage; the run needs far less than
-	// the 10 GiB default.
-	natsCfg.StreamMaxBytes = 1 << 30
-	nc, err := natsCfg.Connect("bench-gateway")
-	if err != nil {
-		return false, fmt.Errorf("NATS (start it with scripts/dev-services up): %w", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
+	defer streams.Close()
+	spool, err := streams.Spool("bench-gateway")
 	if err != nil {
 		return false, err
 	}
-	topo := natsCfg.Topology()
-	if _, err := bus.Setup(ctx, js, topo, natsCfg.StreamSettings()); err != nil {
-		return false, err
-	}
-	defer func() {
-		_ = js.DeleteStream(ctx, topo.Stream())
-		_ = js.DeleteStream(ctx, topo.DLQStream())
-	}()
-	spool, err := os.MkdirTemp("", "bench-gateway-spool-")
-	if err != nil {
-		return false, err
-	}
-	defer os.RemoveAll(spool)
 	gcfg, err := config.LoadFrom[server.Config](map[string]string{
 		"GATEWAY_LISTEN_ADDR": "127.0.0.1:0", "GATEWAY_UPSTREAM_URL": engineURL, "GATEWAY_SPOOL_DIR": spool,
 		"GATEWAY_PUBLISH_LINGER": s.linger.String(),
@@ -209,7 +176,7 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	gcfg.NATS = natsCfg
+	gcfg.NATS = streams.NATS
 	gw, err := server.New(gcfg, log)
 	if err != nil {
 		return false, err
@@ -252,7 +219,7 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 		fmt.Fprintln(os.Stderr, "bench-gateway: publisher did not settle within 10 s")
 	}
 	spread := map[string]*spreadResult{}
-	natsPID := readPID(s.natsPIDFile)
+	natsPID := benchkit.ReadPID(s.natsPIDFile)
 	brokers := map[string]float64{}
 	for _, m := range modes {
 		var brokerCPU time.Duration
@@ -298,7 +265,7 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 						return false, err
 					}
 				}
-				nats0, self0 := procCPU(natsPID), selfCPU()
+				nats0, self0 := benchkit.ProcCPU(natsPID), selfCPU()
 				n, d := throughput(client, p.url, m.body, s.saturateConc, s.saturateFor/time.Duration(s.throughputRounds), errs[p.name])
 				stop()
 				perRound[p.name] = append(perRound[p.name], float64(n)/d.Seconds())
@@ -308,7 +275,7 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 					gwRequests.Add(n)
 					settle()
 				}
-				natsUsed := procCPU(natsPID) - nats0
+				natsUsed := benchkit.ProcCPU(natsPID) - nats0
 				cpuUsed[p.name] += selfCPU() - self0 + natsUsed
 				cpuDone[p.name] += n
 				if p.name == "gateway" {
@@ -321,26 +288,26 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 		for i := range perRound["gateway"] {
 			tpRatios = append(tpRatios, perRound["gateway"][i]/perRound["bare"][i])
 		}
-		dp50, dp99 := pct(lat["direct"], 50), pct(lat["direct"], 99)
+		dp50, dp99 := benchkit.Pct(lat["direct"], 50), benchkit.Pct(lat["direct"], 99)
 		r := &modeResult{
-			DirectP50Ms: ms(dp50), DirectP99Ms: ms(dp99),
-			BareAddedP50Ms: ms(added(rounds, "bare", 50)), BareAddedP99Ms: ms(added(rounds, "bare", 99)),
-			GwAddedP50Ms: ms(added(rounds, "gateway", 50)), GwAddedP99Ms: ms(added(rounds, "gateway", 99)),
-			DirectRPS: round(median(perRound["direct"])), BareRPS: round(median(perRound["bare"])), GatewayRPS: round(median(perRound["gateway"])),
+			DirectP50Ms: benchkit.Ms(dp50), DirectP99Ms: benchkit.Ms(dp99),
+			BareAddedP50Ms: benchkit.Ms(added(rounds, "bare", 50)), BareAddedP99Ms: benchkit.Ms(added(rounds, "bare", 99)),
+			GwAddedP50Ms: benchkit.Ms(added(rounds, "gateway", 50)), GwAddedP99Ms: benchkit.Ms(added(rounds, "gateway", 99)),
+			DirectRPS: benchkit.Round(benchkit.Median(perRound["direct"]), 3), BareRPS: benchkit.Round(benchkit.Median(perRound["bare"]), 3), GatewayRPS: benchkit.Round(benchkit.Median(perRound["gateway"]), 3),
 		}
-		r.AddedP50Ratio = ratio(r.GwAddedP50Ms, r.BareAddedP50Ms, ms(s.p50Resolution))
-		r.AddedP99Ratio = ratio(r.GwAddedP99Ms, r.BareAddedP99Ms, ms(s.p99Resolution))
-		r.ThroughputRatio = round(median(tpRatios))
+		r.AddedP50Ratio = benchkit.Ratio(r.GwAddedP50Ms, r.BareAddedP50Ms, benchkit.Ms(s.p50Resolution))
+		r.AddedP99Ratio = benchkit.Ratio(r.GwAddedP99Ms, r.BareAddedP99Ms, benchkit.Ms(s.p99Resolution))
+		r.ThroughputRatio = benchkit.Round(benchkit.Median(tpRatios), 3)
 		if natsPID > 0 {
 			cost := func(path string) float64 {
 				return float64(cpuUsed[path].Microseconds()) / float64(max(cpuDone[path], 1))
 			}
-			r.DirectCPUUsPerReq, r.BareCPUUsPerReq, r.GatewayCPUUsPerReq = round(cost("direct")), round(cost("bare")), round(cost("gateway"))
-			r.CPUThroughputRatio = round(cost("bare") / cost("gateway"))
+			r.DirectCPUUsPerReq, r.BareCPUUsPerReq, r.GatewayCPUUsPerReq = benchkit.Round(cost("direct"), 3), benchkit.Round(cost("bare"), 3), benchkit.Round(cost("gateway"), 3)
+			r.CPUThroughputRatio = benchkit.Round(cost("bare")/cost("gateway"), 3)
 		}
 		results[m.name] = r
 		if natsPID > 0 && brokerEvents > 0 {
-			brokers[m.name] = round(float64(brokerCPU.Microseconds()) / float64(brokerEvents))
+			brokers[m.name] = benchkit.Round(float64(brokerCPU.Microseconds())/float64(brokerEvents), 3)
 			fmt.Printf("%-13s CPU per request (this process + nats-server): direct %.0f µs, bare %.0f µs, gateway %.0f µs (ratio %.2f); nats-server %.1f µs per event (shared server: other clients count too)\n",
 				m.name, r.DirectCPUUsPerReq, r.BareCPUUsPerReq, r.GatewayCPUUsPerReq, r.CPUThroughputRatio, brokers[m.name])
 		}
@@ -390,8 +357,8 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 		"events_published":             st.Published + st.Replayed,
 		"events_dropped":               st.Dropped,
 		"errors":                       map[string]int64{"direct": errs["direct"].Load(), "bare": errs["bare"].Load(), "gateway": errs["gateway"].Load()},
-		"p50_resolution_ms":            ms(s.p50Resolution),
-		"p99_resolution_ms":            ms(s.p99Resolution),
+		"p50_resolution_ms":            benchkit.Ms(s.p50Resolution),
+		"p99_resolution_ms":            benchkit.Ms(s.p99Resolution),
 		"target_added_p50":             s.targetP50,
 		"target_added_p99":             s.targetP99,
 		"target_throughput":            s.targetThrough,
@@ -409,12 +376,7 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 		fmt.Printf("throughput ratio, wall clock %.2f; CPU-normalized (broker charged in full) %.2f, target %.2f\n",
 			out["throughput_ratio"].(float64), cpu, s.targetThrough)
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return false, err
-	}
-	fmt.Println(string(b))
-	return met, nil
+	return met, benchkit.PrintResult(out)
 }
 
 func startProfile(path string) (func(), error) {
@@ -592,48 +554,9 @@ func serve(h http.Handler) (string, func(), error) {
 func added(rounds map[string][][]time.Duration, path string, p float64) time.Duration {
 	var diffs []time.Duration
 	for i := range rounds[path] {
-		diffs = append(diffs, pct(rounds[path][i], p)-pct(rounds["direct"][i], p))
+		diffs = append(diffs, benchkit.Pct(rounds[path][i], p)-benchkit.Pct(rounds["direct"][i], p))
 	}
-	return pct(diffs, 50)
-}
-
-// readPID reads a pid file; 0 when it cannot.
-func readPID(path string) int {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || procCPU(pid) < 0 {
-		return 0
-	}
-	return pid
-}
-
-// procCPU is the CPU time process pid has run, summed over its threads from
-// /proc/PID/task/*/schedstat (nanoseconds); -1 when unreadable, 0 for pid 0.
-func procCPU(pid int) time.Duration {
-	if pid <= 0 {
-		return 0
-	}
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return -1
-	}
-	var total time.Duration
-	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
-		if err != nil {
-			continue // the thread ended
-		}
-		f := strings.Fields(string(b))
-		if len(f) == 0 {
-			continue
-		}
-		ns, _ := strconv.ParseInt(f[0], 10, 64)
-		total += time.Duration(ns)
-	}
-	return total
+	return benchkit.Pct(diffs, 50)
 }
 
 // selfCPU is this process's user and system CPU time.
@@ -656,7 +579,7 @@ type spreadResult struct {
 func roundsMs(rounds [][]time.Duration, p float64) []float64 {
 	var out []float64
 	for _, r := range rounds {
-		out = append(out, ms(pct(r, p)))
+		out = append(out, benchkit.Ms(benchkit.Pct(r, p)))
 	}
 	return out
 }
@@ -664,7 +587,7 @@ func roundsMs(rounds [][]time.Duration, p float64) []float64 {
 func addedRoundsMs(rounds map[string][][]time.Duration, path string, p float64) []float64 {
 	var out []float64
 	for i := range rounds[path] {
-		out = append(out, ms(pct(rounds[path][i], p)-pct(rounds["direct"][i], p)))
+		out = append(out, benchkit.Ms(benchkit.Pct(rounds[path][i], p)-benchkit.Pct(rounds["direct"][i], p)))
 	}
 	return out
 }
@@ -672,41 +595,7 @@ func addedRoundsMs(rounds map[string][][]time.Duration, path string, p float64) 
 func roundAll(f []float64) []float64 {
 	out := make([]float64, len(f))
 	for i, v := range f {
-		out[i] = round(v)
+		out[i] = benchkit.Round(v, 3)
 	}
 	return out
-}
-
-// median is the middle value (the upper one of an even count).
-func median(f []float64) float64 {
-	if len(f) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), f...)
-	sort.Float64s(s)
-	return s[len(s)/2]
-}
-
-func pct(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	i := int(float64(len(s)-1) * p / 100)
-	return s[i]
-}
-
-func ms(d time.Duration) float64 { return round(float64(d) / float64(time.Millisecond)) }
-
-func round(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
-
-// ratio is a/b with both raised to floor: added latencies below the measurement's resolution
-// (including negative ones, which are noise) are indistinguishable from it.
-func ratio(a, b, floor float64) float64 {
-	a, b = max(a, floor), max(b, floor)
-	if b <= 0 {
-		return 0
-	}
-	return round(a / b)
 }

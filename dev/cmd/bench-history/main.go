@@ -18,7 +18,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -35,8 +34,6 @@ import (
 
 	"github.com/servescope/servescope/dev/benchkit"
 	"github.com/servescope/servescope/dev/history"
-	"github.com/servescope/servescope/internal/chstore"
-	"github.com/servescope/servescope/internal/config"
 )
 
 type settings struct {
@@ -62,14 +59,7 @@ func command() *service.Command {
 	c.Flags.StringVar(&s.readme, "readme", "README.md", "the README whose ```sql blocks are timed")
 	c.Flags.StringVar(&s.addr, "addr", "", "use this ClickHouse (native host:port) instead of a private server")
 	c.Run = func(_ context.Context, log *slog.Logger, _ []string) error {
-		met, err := run(log, s)
-		if err != nil {
-			return service.Exit(2, err)
-		}
-		if !met {
-			return service.Exit(1, nil)
-		}
-		return nil
+		return benchkit.Verdict(run(log, s))
 	}
 	return c
 }
@@ -116,23 +106,11 @@ func run(log *slog.Logger, s settings) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	cfg, err := config.Load[config.ClickHouse]()
+	cfg, stopServer, err := benchkit.ClickHouse(ctx, s.addr == "", s.addr, log)
 	if err != nil {
 		return false, err
 	}
-	if s.addr == "" {
-		root, err := os.Getwd()
-		if err != nil {
-			return false, err
-		}
-		ch, err := benchkit.StartPrivateClickHouse(ctx, root, "", log)
-		if err != nil {
-			return false, err
-		}
-		defer ch.Stop()
-		s.addr = ch.Addr()
-	}
-	cfg.Addr = []string{s.addr}
+	defer stopServer()
 	// The history ends now, as the README's queries read the last hour from now().
 	end := time.Now().UTC().Truncate(time.Minute)
 	spec := history.Normal(end, time.Duration(s.days)*24*time.Hour, s.perDay*uint64(s.days))
@@ -140,22 +118,16 @@ func run(log *slog.Logger, s settings) (bool, error) {
 	stamp := end.Format("150405")
 	dbs := []*db{{name: "short"}, {name: "long"}}
 	for _, d := range dbs {
-		c := cfg
-		c.Database = "bench_history_" + d.name + "_" + stamp
 		opt := history.Options{}
 		if d.name == "short" {
 			opt.From = end.Add(-24 * time.Hour)
 		}
-		if err := chstore.Migrate(ctx, c); err != nil {
+		bd, err := benchkit.CreateDatabase(ctx, cfg, "bench_history_"+d.name+"_"+stamp, nil)
+		if err != nil {
 			return false, err
 		}
-		if d.conn, err = chstore.Open(ctx, c); err != nil {
-			return false, err
-		}
-		defer func() {
-			_ = d.conn.Exec(context.Background(), "DROP DATABASE IF EXISTS `"+c.Database+"`")
-			d.conn.Close()
-		}()
+		defer bd.Drop()
+		d.conn = bd.Conn
 		if err := history.ExtendRetention(ctx, d.conn, spec); err != nil {
 			return false, err
 		}
@@ -164,7 +136,7 @@ func run(log *slog.Logger, s settings) (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("%s: generate: %w", d.name, err)
 		}
-		log.Info("generated", "database", c.Database, "rows", counts, "took", time.Since(t0).Round(time.Second))
+		log.Info("generated", "database", bd.Config.Database, "rows", counts, "took", time.Since(t0).Round(time.Second))
 		d.times = map[string][]time.Duration{}
 	}
 	qctx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"use_query_cache": 0}))
@@ -199,17 +171,12 @@ func run(log *slog.Logger, s settings) (bool, error) {
 		results = append(results, map[string]any{"query": q.name, "short_ms": short, "long_ms": long, "ratio": ratio, "met": ok})
 		fmt.Printf("  %-36s short %8.1f ms  long %8.1f ms  ×%.2f %s\n", q.name, short, long, ratio, map[bool]string{true: "", false: "MISSED"}[ok])
 	}
-	line, err := json.Marshal(map[string]any{
+	return met, benchkit.PrintResult(map[string]any{
 		"bench": "history", "days": s.days, "requests_per_day": s.perDay,
 		"long_requests": spec.Requests, "short_requests": s.perDay, "rounds": s.rounds,
 		"queries": results, "target_ratio": s.targetRatio, "target_ms": s.targetMs,
 		"load_avg_1m": benchkit.LoadAvg(), "targets_met": met,
 	})
-	if err != nil {
-		return false, err
-	}
-	fmt.Println(string(line))
-	return met, nil
 }
 
 func msOf(d []time.Duration) []float64 {

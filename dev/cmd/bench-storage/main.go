@@ -25,7 +25,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -63,14 +62,7 @@ func command() *service.Command {
 	c.Flags.Float64Var(&s.target, "target", 0.5, "max bytes per request after ÷ before")
 	c.Flags.StringVar(&s.addr, "addr", "", "use this ClickHouse (native host:port) instead of a private server")
 	c.Run = func(_ context.Context, log *slog.Logger, _ []string) error {
-		met, err := run(log, s)
-		if err != nil {
-			return service.Exit(2, err)
-		}
-		if !met {
-			return service.Exit(1, nil)
-		}
-		return nil
+		return benchkit.Verdict(run(log, s))
 	}
 	return c
 }
@@ -99,36 +91,24 @@ type tableSize struct {
 func run(log *slog.Logger, s settings) (bool, error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg, err := config.Load[config.ClickHouse]()
+	cfg, stopServer, err := benchkit.ClickHouse(ctx, s.addr == "", s.addr, log)
 	if err != nil {
 		return false, err
 	}
-	if s.addr == "" {
-		root, err := os.Getwd()
-		if err != nil {
-			return false, err
-		}
-		ch, err := benchkit.StartPrivateClickHouse(ctx, root, "", log)
-		if err != nil {
-			return false, err
-		}
-		defer ch.Stop()
-		s.addr = ch.Addr()
-	}
-	cfg.Addr = []string{s.addr}
+	defer stopServer()
 	spec := history.Normal(time.Now().UTC().Truncate(time.Hour), s.span, s.requests)
 	stamp := time.Now().UTC().Format("150405")
 	vs := []*variant{{name: "before"}, {name: "after"}}
 	for _, v := range vs {
-		v.cfg = cfg
-		v.cfg.Database = "bench_storage_" + v.name + "_" + stamp
+		db, err := benchkit.CreateDatabase(ctx, cfg, "bench_storage_"+v.name+"_"+stamp, v.migrate)
+		if err != nil {
+			return false, err
+		}
+		defer db.Drop()
+		v.cfg, v.conn = db.Config, db.Conn
 		if err := prepare(ctx, log, v, spec); err != nil {
 			return false, err
 		}
-		defer func() {
-			_ = v.conn.Exec(context.Background(), "DROP DATABASE IF EXISTS `"+v.cfg.Database+"`")
-			v.conn.Close()
-		}()
 	}
 	// The detector's kind of read, interleaved so outside load falls on both alike.
 	q := "SELECT quantiles(0.5, 0.9, 0.99)(ttft_s), avg(e2e_s), count() FROM request_facts_window(from = {from:String}, to = {to:String}) WHERE status_code = 200"
@@ -150,8 +130,10 @@ func run(log *slog.Logger, s settings) (bool, error) {
 	return report(s, spec, vs[0], vs[1])
 }
 
-func prepare(ctx context.Context, log *slog.Logger, v *variant, spec history.Spec) error {
-	g, err := chstore.NewMigrator(ctx, v.cfg)
+// migrate applies every migration to the "after" database and all but the last one (today
+// migrations/000013_codecs, the one measured) to the "before" one.
+func (v *variant) migrate(ctx context.Context, cfg config.ClickHouse) error {
+	g, err := chstore.NewMigrator(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("%s: %w", v.name, err)
 	}
@@ -165,9 +147,11 @@ func prepare(ctx context.Context, log *slog.Logger, v *variant, spec history.Spe
 	if err != nil {
 		return fmt.Errorf("%s: migrate: %w", v.name, err)
 	}
-	if v.conn, err = chstore.Open(ctx, v.cfg); err != nil {
-		return err
-	}
+	return nil
+}
+
+// prepare fills v's database with the history of spec and reads its tables' sizes.
+func prepare(ctx context.Context, log *slog.Logger, v *variant, spec history.Spec) error {
 	if err := history.ExtendRetention(ctx, v.conn, spec); err != nil {
 		return err
 	}
@@ -241,12 +225,7 @@ func report(s settings, spec history.Spec, before, after *variant) (bool, error)
 		b, a := before.tables[t], after.tables[t]
 		fmt.Printf("  %-17s %9d rows  %10d → %10d bytes (×%.3f)\n", t, a.Rows, b.BytesOnDisk, a.BytesOnDisk, float64(a.BytesOnDisk)/float64(b.BytesOnDisk))
 	}
-	line, err := json.Marshal(out)
-	if err != nil {
-		return false, err
-	}
-	fmt.Println(string(line))
-	return met, nil
+	return met, benchkit.PrintResult(out)
 }
 
 func ms(d []time.Duration) []float64 {

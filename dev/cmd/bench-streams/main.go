@@ -66,10 +66,7 @@ import (
 
 	"github.com/servescope/servescope/internal/service"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/servescope/servescope/dev/benchkit"
-	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/services/gateway/server"
 )
@@ -116,21 +113,11 @@ func command() *service.Command {
 			}
 			return nil
 		}
-		for _, f := range strings.Split(*levels, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n <= 0 {
-				return service.UsageError(fmt.Errorf("--levels: %q is not a positive count", f))
-			}
-			s.levels = append(s.levels, n)
+		var err error
+		if s.levels, err = benchkit.PositiveInts("levels", *levels, "count"); err != nil {
+			return err
 		}
-		met, err := run(s)
-		if err != nil {
-			return service.Exit(2, err)
-		}
-		if !met {
-			return service.Exit(1, nil)
-		}
-		return nil
+		return benchkit.Verdict(run(s))
 	}
 	return c
 }
@@ -720,37 +707,17 @@ func run(s settings) (bool, error) {
 	engineURL := engine.url
 
 	// NATS for the gateway: a subject prefix and streams of this run's own.
-	natsCfg, err := config.Load[config.NATS]()
+	streams, err := benchkit.OpenStreams(ctx, "bench-streams", fmt.Sprintf("bench_streams_%d", time.Now().UnixNano()), 1<<30)
 	if err != nil {
 		return false, err
 	}
-	natsCfg.SubjectPrefix = fmt.Sprintf("bench_streams_%d", time.Now().UnixNano())
-	natsCfg.StreamMaxBytes = 1 << 30
-	nc, err := natsCfg.Connect("bench-streams")
-	if err != nil {
-		return false, fmt.Errorf("NATS (start it with scripts/dev-services up): %w", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
+	defer streams.Close()
+	spool, err := streams.Spool("bench-streams")
 	if err != nil {
 		return false, err
 	}
-	// The setup step's code, as `servescope migrate up` runs it.
-	topo := natsCfg.Topology()
-	if _, err := bus.Setup(ctx, js, topo, natsCfg.StreamSettings()); err != nil {
-		return false, err
-	}
-	defer func() {
-		_ = js.DeleteStream(ctx, topo.Stream())
-		_ = js.DeleteStream(ctx, topo.DLQStream())
-	}()
-	spool, err := os.MkdirTemp("", "bench-streams-spool-")
-	if err != nil {
-		return false, err
-	}
-	defer os.RemoveAll(spool)
-	os.Setenv("SERVESCOPE_SUBJECT_PREFIX", natsCfg.SubjectPrefix)
-	os.Setenv("SERVESCOPE_STREAM_MAX_BYTES", strconv.FormatInt(natsCfg.StreamMaxBytes, 10))
+	os.Setenv("SERVESCOPE_SUBJECT_PREFIX", streams.NATS.SubjectPrefix)
+	os.Setenv("SERVESCOPE_STREAM_MAX_BYTES", strconv.FormatInt(streams.NATS.StreamMaxBytes, 10))
 
 	bare, err := startChild("bare", engineURL, "", 0)
 	if err != nil {
@@ -889,10 +856,5 @@ func run(s settings) (bool, error) {
 		"open_file_limit":       limit,
 		"notes":                 notes,
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return false, err
-	}
-	fmt.Println(string(b))
-	return met, nil
+	return met, benchkit.PrintResult(out)
 }
