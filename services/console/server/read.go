@@ -67,19 +67,10 @@ func readPanel(ctx context.Context, conn driver.Conn, p *panels.Panel, r panels.
 		}
 	}
 	// The series: one line per column, or per split value and column.
-	q, err := p.SQL(panels.SeriesQuery, panels.Console)
+	wrapped, err := statementSQL(p, panels.SeriesQuery)
 	if err != nil {
 		return out, err
 	}
-	cols := make([]string, len(p.Series))
-	for i, s := range p.Series {
-		cols[i] = "CAST(" + s.Column + " AS Nullable(Float64))"
-	}
-	split := "''"
-	if p.Split != "" {
-		split = "toString(" + p.Split + ")"
-	}
-	wrapped := "SELECT toUnixTimestamp64Milli(toDateTime64(t, 3, 'UTC')), " + split + ", " + strings.Join(cols, ", ") + " FROM (\n" + q + "\n)"
 	rows, err := conn.Query(qctx, wrapped)
 	if err != nil {
 		return out, fmt.Errorf("panel %s: series query: %w", p.Name, err)
@@ -118,27 +109,22 @@ func readPanel(ctx context.Context, conn driver.Conn, p *panels.Panel, r panels.
 	}
 
 	// The baseline and threshold, at the range's two ends.
-	bq, err := p.SQL(panels.BaselineQuery, panels.Console)
+	bq, err := statementSQL(p, panels.BaselineQuery)
 	if err != nil {
 		return out, err
 	}
-	bcols := append([]panels.Series{}, p.Baseline...)
-	kinds := make([]string, 0, len(bcols)+1)
+	bcols := baselineColumns(p)
+	kinds := make([]string, 0, len(bcols))
 	for range p.Baseline {
 		kinds = append(kinds, "baseline")
 	}
 	if p.Threshold != nil {
-		bcols = append(bcols, *p.Threshold)
 		kinds = append(kinds, "threshold")
-	}
-	cols = cols[:0]
-	for _, s := range bcols {
-		cols = append(cols, "CAST("+s.Column+" AS Nullable(Float64))")
 	}
 	for i, s := range bcols {
 		addLine("b:"+s.Label, Line{Label: s.Label, Axis: s.Axis, Kind: kinds[i]})
 	}
-	rows, err = conn.Query(qctx, "SELECT toUnixTimestamp64Milli(toDateTime64(t, 3, 'UTC')), "+strings.Join(cols, ", ")+" FROM (\n"+bq+"\n)")
+	rows, err = conn.Query(qctx, bq)
 	if err != nil {
 		return out, fmt.Errorf("panel %s: baseline query: %w", p.Name, err)
 	}
@@ -163,11 +149,11 @@ func readPanel(ctx context.Context, conn driver.Conn, p *panels.Panel, r panels.
 	}
 
 	if p.HasQuery(panels.MarksQuery) {
-		mq, err := p.SQL(panels.MarksQuery, panels.Console)
+		mq, err := statementSQL(p, panels.MarksQuery)
 		if err != nil {
 			return out, err
 		}
-		rows, err := conn.Query(qctx, "SELECT toUnixTimestamp64Milli(toDateTime64(t, 3, 'UTC')), toString(text) FROM (\n"+mq+"\n)")
+		rows, err := conn.Query(qctx, mq)
 		if err != nil {
 			return out, fmt.Errorf("panel %s: marks query: %w", p.Name, err)
 		}
@@ -212,6 +198,70 @@ func readPanel(ctx context.Context, conn driver.Conn, p *panels.Panel, r panels.
 		out.Lines = []Line{}
 	}
 	return out, nil
+}
+
+// Statement is one query the console runs to draw a panel.
+type Statement struct {
+	Kind panels.Kind
+	// SQL is the panel's query of Kind wrapped to the columns the console scans; its query
+	// parameters are the panel's Params for the view's Request.
+	SQL string
+}
+
+// Statements are the queries the console runs, in this order, to draw p: its series, its
+// baseline, and its marks when it has a marks query. Benchmarks time these very statements.
+func Statements(p *panels.Panel) ([]Statement, error) {
+	var out []Statement
+	for _, k := range []panels.Kind{panels.SeriesQuery, panels.BaselineQuery, panels.MarksQuery} {
+		if !p.HasQuery(k) {
+			continue
+		}
+		q, err := statementSQL(p, k)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Statement{Kind: k, SQL: q})
+	}
+	return out, nil
+}
+
+// statementSQL wraps the panel's query of kind k to the columns readPanel scans: the series as
+// (t in Unix ms, split value, one Nullable(Float64) per series column), the baseline as (t, one
+// per baseline and threshold column), the marks as (t, text).
+func statementSQL(p *panels.Panel, k panels.Kind) (string, error) {
+	q, err := p.SQL(k, panels.Console)
+	if err != nil {
+		return "", err
+	}
+	const t = "toUnixTimestamp64Milli(toDateTime64(t, 3, 'UTC'))"
+	switch k {
+	case panels.SeriesQuery:
+		split := "''"
+		if p.Split != "" {
+			split = "toString(" + p.Split + ")"
+		}
+		return "SELECT " + t + ", " + split + ", " + floatColumns(p.Series) + " FROM (\n" + q + "\n)", nil
+	case panels.BaselineQuery:
+		return "SELECT " + t + ", " + floatColumns(baselineColumns(p)) + " FROM (\n" + q + "\n)", nil
+	}
+	return "SELECT " + t + ", toString(text) FROM (\n" + q + "\n)", nil
+}
+
+// baselineColumns are the baseline query's drawn columns: the baselines, then the threshold.
+func baselineColumns(p *panels.Panel) []panels.Series {
+	cols := append([]panels.Series{}, p.Baseline...)
+	if p.Threshold != nil {
+		cols = append(cols, *p.Threshold)
+	}
+	return cols
+}
+
+func floatColumns(cols []panels.Series) string {
+	out := make([]string, len(cols))
+	for i, s := range cols {
+		out[i] = "CAST(" + s.Column + " AS Nullable(Float64))"
+	}
+	return strings.Join(out, ", ")
 }
 
 func clean(v *float64) *float64 {
