@@ -16,6 +16,7 @@ import (
 
 	"github.com/servescope/servescope/dev/proc"
 	"github.com/servescope/servescope/dev/servers"
+	"github.com/servescope/servescope/dev/testenv"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -100,10 +101,7 @@ func privateCache(t *testing.T) string {
 	}
 	in := servers.InstalledIn(repoCache)
 	if err := in.Check(); err != nil {
-		if os.Getenv("SERVESCOPE_REQUIRE_INTEGRATION") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
+		testenv.Unavailable(t, "%v", err)
 	}
 	cache := t.TempDir()
 	mine := servers.InstalledIn(cache)

@@ -1,23 +1,19 @@
 package servers_test
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/servescope/servescope/dev/servers"
+	"github.com/servescope/servescope/dev/testenv"
 )
 
 func alertmanagerConfig(t *testing.T, in servers.Installed, config string) servers.Alertmanager {
 	t.Helper()
 	if err := in.CheckAlertmanager(); err != nil {
-		msg := err.Error() + " (run scripts/dev-services up)"
-		if os.Getenv("SERVESCOPE_REQUIRE_INTEGRATION") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testenv.Unavailable(t, "%v", err)
 	}
 	dir := t.TempDir()
 	return servers.Alertmanager{

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/servescope/servescope/dev/servers"
+	"github.com/servescope/servescope/dev/testenv"
 )
 
 // installed returns the programs scripts/dev-services installed; a missing one fails the test
@@ -34,11 +35,7 @@ func installed(t *testing.T) servers.Installed {
 	}
 	in := servers.InstalledIn(cache)
 	if err := in.Check(); err != nil {
-		msg := err.Error() + " (run scripts/dev-services up)"
-		if os.Getenv("SERVESCOPE_REQUIRE_INTEGRATION") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testenv.Unavailable(t, "%v", err)
 	}
 	return in
 }
