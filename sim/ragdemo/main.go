@@ -86,11 +86,11 @@ func run(ctx context.Context, cfg settings, log *slog.Logger) error {
 		nc      *nats.Conn
 		pub     *publish.Publisher
 		tp      *sdktrace.TracerProvider
-		closers []func()
+		closers []closer
 	)
 	fail := func(err error) error {
 		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
+			closers[i].close()
 		}
 		return err
 	}
@@ -101,32 +101,32 @@ func run(ctx context.Context, cfg settings, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		closers = append(closers, nc.Close)
+		closers = append(closers, closer{"nats", nc.Close})
 		pub, err = publish.New(nc, cfg.NATS.SubjectPrefix, publish.Config{SpoolDir: cfg.SpoolDir, Logger: log,
 			Kinds: []schema.Kind{schema.KindAppRecord}, SetupWait: cfg.NATS.SetupWait})
 		if err != nil {
 			return fail(err)
 		}
-		closers = append(closers, func() {
+		closers = append(closers, closer{"publisher", func() {
 			sctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 			defer cancel()
 			if err := pub.Close(sctx); err != nil {
 				log.Error("flush publisher", "err", err)
 			}
-		})
+		}})
 	}
 	if cfg.Report != reportRecord {
 		var err error
 		if tp, err = tracerProvider(ctx); err != nil {
 			return fail(err)
 		}
-		closers = append(closers, func() {
+		closers = append(closers, closer{"span exporter", func() {
 			sctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 			defer cancel()
 			if err := tp.Shutdown(sctx); err != nil {
 				log.Error("flush spans", "err", err)
 			}
-		})
+		}})
 	}
 	rcfg := rag.Config{
 		GatewayURL: cfg.GatewayURL, Model: cfg.Model,
@@ -154,10 +154,16 @@ func run(ctx context.Context, cfg settings, log *slog.Logger) error {
 	g.AddServer("http", srv, ln, 30*time.Second)
 	// The closers in reverse order of opening: spans, then records, then NATS.
 	for i := len(closers) - 1; i >= 0; i-- {
-		g.AddStop(fmt.Sprintf("close %d", i), closers[i])
+		g.AddStop(closers[i].name, closers[i].close)
 	}
 	log.Info("ragdemo listening", "addr", ln.Addr().String(), "gateway", cfg.GatewayURL, "report", cfg.Report, "query_embedding_model", app.QueryEmbeddingModel())
 	return g.Run(ctx)
+}
+
+// closer is one part run opened, closed by name in the stop order.
+type closer struct {
+	name  string
+	close func()
 }
 
 // RAGDEMO_REPORT values.
