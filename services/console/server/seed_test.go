@@ -62,7 +62,7 @@ func seed(t *testing.T, conn driver.Conn, now time.Time) seeded {
 	drift.TopScore, drift.EmbeddingModelVersion = 0.12, "bge-m3@2"
 	tr.Add(g.Requests(s.switchAt, now.Add(-20*time.Minute), synth.Constant(0.3), drift))
 
-	// Wrong-script answers (lesson 12: 4 of 32), then the crash window's 5xx.
+	// Wrong-script answers (4 of 32), then the crash window's 5xx.
 	tr.Add(synth.LanguageErrors(8, 40)(g, now.Add(-20*time.Minute), now.Add(-10*time.Minute)))
 	crash := synth.NormalShape()
 	crash.Status5xxProb = 0.3
