@@ -136,11 +136,15 @@ func (c *Config) Validate() error {
 // reg become the publisher's Logger and Registerer.
 func (c *Config) PublisherConfig(log *slog.Logger, reg prometheus.Registerer) publish.Config {
 	expected, _ := c.NATS.Topology().Expected(c.NATS.StreamSettings())
+	kinds := []schema.Kind{schema.KindEngineSample, schema.KindEngineSpan, schema.KindEngineLog}
+	if c.AppSpans {
+		kinds = append(kinds, schema.KindAppRecord) // applications' spans become app.records
+	}
 	return publish.Config{
 		SpoolDir:      c.SpoolDir,
 		SpoolMaxBytes: c.SpoolMaxBytes,
 		Fsync:         publish.FsyncPolicy(c.SpoolFsync),
-		Kinds:         []schema.Kind{schema.KindEngineSample, schema.KindEngineSpan, schema.KindEngineLog},
+		Kinds:         kinds,
 		Expect:        expected,
 		SetupWait:     c.NATS.SetupWait,
 		Logger:        log,
