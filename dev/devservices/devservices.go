@@ -1,7 +1,9 @@
 // Package devservices runs the shared dev servers behind scripts/dev-services — NATS JetStream
 // and ClickHouse on 127.0.0.1 — once the script has installed their programs: `up` starts what is
 // not running, detached, and waits until it serves; `down` stops what `up` started; `status` and
-// `logs` show them. The servers are the ones dev/servers describes, run through dev/proc; their
+// `logs` show them. `up nats-cluster` adds a JetStream cluster of several nats-server nodes on
+// their own loopback ports (see [Config.NATSCluster]), for running the services against
+// replicated streams; status, down and logs cover it once started. The servers are the ones dev/servers describes, run through dev/proc; their
 // data, logs and pid files live under the cache directory, laid out as the script has always
 // laid them out, so servers started by an earlier version of the script are found, checked and
 // stopped like the others.
@@ -14,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -39,6 +42,15 @@ type Config struct {
 	StartTimeout time.Duration
 	// LogLines is how many lines `logs` and failures show: SERVESCOPE_DEV_LOG_LINES [40].
 	LogLines int
+	// NATSClusterNodes is the size of the cluster `up nats-cluster` runs:
+	// SERVESCOPE_DEV_NATS_CLUSTER_NODES [3], from 3 (the least that keeps streams at 3 replicas
+	// writable with one node down) to 9.
+	NATSClusterNodes int
+	// NATSClusterPort, NATSClusterMonitorPort and NATSClusterRoutePort are the first node's client,
+	// monitoring and route ports; node i (from 1) takes each plus i-1:
+	// SERVESCOPE_DEV_NATS_CLUSTER_PORT [4231], SERVESCOPE_DEV_NATS_CLUSTER_MONITOR_PORT [8231],
+	// SERVESCOPE_DEV_NATS_CLUSTER_ROUTE_PORT [6231].
+	NATSClusterPort, NATSClusterMonitorPort, NATSClusterRoutePort int
 
 	// Out receives status lines and logs; Err the commands' messages.
 	Out, Err io.Writer
@@ -83,6 +95,21 @@ func Load(root string, getenv func(string) string) (Config, error) {
 	}
 	c.StartTimeout = time.Duration(positive("SERVESCOPE_DEV_START_TIMEOUT_S", 60)) * time.Second
 	c.LogLines = positive("SERVESCOPE_DEV_LOG_LINES", 40)
+	c.NATSClusterNodes = positive("SERVESCOPE_DEV_NATS_CLUSTER_NODES", 3)
+	if c.NATSClusterNodes < 3 || c.NATSClusterNodes > 9 {
+		errs = append(errs, fmt.Errorf("SERVESCOPE_DEV_NATS_CLUSTER_NODES=%d: want 3 to 9 nodes (streams at 3 replicas need 3)", c.NATSClusterNodes))
+	}
+	c.NATSClusterPort = port("SERVESCOPE_DEV_NATS_CLUSTER_PORT", 4231)
+	c.NATSClusterMonitorPort = port("SERVESCOPE_DEV_NATS_CLUSTER_MONITOR_PORT", 8231)
+	c.NATSClusterRoutePort = port("SERVESCOPE_DEV_NATS_CLUSTER_ROUTE_PORT", 6231)
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"SERVESCOPE_DEV_NATS_CLUSTER_PORT", c.NATSClusterPort}, {"SERVESCOPE_DEV_NATS_CLUSTER_MONITOR_PORT", c.NATSClusterMonitorPort}, {"SERVESCOPE_DEV_NATS_CLUSTER_ROUTE_PORT", c.NATSClusterRoutePort}} {
+		if p.v+c.NATSClusterNodes-1 > 65535 {
+			errs = append(errs, fmt.Errorf("%s=%d: the cluster's %d nodes take ports up to %d, past 65535", p.name, p.v, c.NATSClusterNodes, p.v+c.NATSClusterNodes-1))
+		}
+	}
 	cache := getenv(servers.CacheDirEnv)
 	if cache == "" {
 		cache = filepath.Join(root, ".cache")
@@ -276,19 +303,36 @@ func (c Config) up(ctx context.Context, s server) error {
 }
 
 // Down stops the servers dev-services started (all when which is empty, else the one named
-// nats or clickhouse): SIGTERM to the process group, SIGKILL after 15 s.
+// nats or clickhouse, or the cluster's nodes for nats-cluster): SIGTERM to the process group,
+// SIGKILL after 15 s.
 func Down(ctx context.Context, c Config, which string) error {
 	all := c.servers()
-	// ClickHouse first: the reverse of the start order.
-	targets := []server{all[1], all[0]}
+	cluster, err := c.clusterServers()
+	if err != nil {
+		return err
+	}
+	slices.Reverse(cluster)
+	var targets []server
 	switch which {
 	case "":
+		// The reverse of the start order. The cluster's nodes are named only once started, so
+		// a plain `down` says nothing of a cluster nobody ran.
+		started, err := clusterStarted(ctx, cluster)
+		if err != nil {
+			return err
+		}
+		if started {
+			targets = cluster
+		}
+		targets = append(targets, all[1], all[0])
 	case "nats":
 		targets = all[:1]
 	case "clickhouse":
 		targets = all[1:]
+	case "nats-cluster":
+		targets = cluster
 	default:
-		return fmt.Errorf("down: unknown server %q (clickhouse or nats)", which)
+		return fmt.Errorf("down: unknown server %q (clickhouse, nats or nats-cluster)", which)
 	}
 	unlock, err := c.lock()
 	if err != nil {
@@ -318,9 +362,22 @@ func Down(ctx context.Context, c Config, which string) error {
 var ErrUnhealthy = errors.New("not every dev server is running and healthy")
 
 // Status prints one line a server (and, for one that died, its last crash report).
+// The cluster's nodes (see UpNATSCluster) are shown, and count, only once one was started.
 func Status(ctx context.Context, c Config) error {
 	ok := true
-	for _, s := range c.servers() {
+	list := c.servers()
+	cluster, err := c.clusterServers()
+	if err != nil {
+		return err
+	}
+	started, err := clusterStarted(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	if started {
+		list = append(list, cluster...)
+	}
+	for _, s := range list {
 		found, err := proc.Inspect(s.spec.PidFile, &s.spec)
 		if err != nil {
 			return err
@@ -354,18 +411,27 @@ func Status(ctx context.Context, c Config) error {
 			}
 		}
 	}
+	if started {
+		fmt.Fprintf(c.Out, "%-11s %s\n", "", c.clusterStatus(ctx))
+	}
 	if !ok {
 		return ErrUnhealthy
 	}
 	return nil
 }
 
-// LogFiles are the logs `logs` shows, those that exist: NATS's, the ClickHouse launcher's and the
-// engine's error log.
+// LogFiles are the logs `logs` shows, those that exist: NATS's, the ClickHouse launcher's, the
+// engine's error log and the cluster nodes'.
 func (c Config) LogFiles() []string {
 	ch := c.ClickHouse()
+	logs := []string{c.NATS().Log, ch.Log, ch.EngineErrorLog}
+	if nodes, err := c.NATSCluster(); err == nil {
+		for _, n := range nodes {
+			logs = append(logs, n.Log)
+		}
+	}
 	var files []string
-	for _, f := range []string{c.NATS().Log, ch.Log, ch.EngineErrorLog} {
+	for _, f := range logs {
 		if _, err := os.Stat(f); err == nil {
 			files = append(files, f)
 		}

@@ -28,7 +28,8 @@ func TestLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.NATSPort != 4222 || cfg.NATSMonitorPort != 8222 || cfg.ClickHouseTCPPort != 9000 || cfg.ClickHouseHTTPPort != 8123 ||
-		cfg.ClickHouseLogLevel != "information" || cfg.StartTimeout != time.Minute || cfg.LogLines != 40 {
+		cfg.ClickHouseLogLevel != "information" || cfg.StartTimeout != time.Minute || cfg.LogLines != 40 ||
+		cfg.NATSClusterNodes != 3 || cfg.NATSClusterPort != 4231 || cfg.NATSClusterMonitorPort != 8231 || cfg.NATSClusterRoutePort != 6231 {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	if want := filepath.Join(root, ".cache"); cfg.CacheDir != want {
@@ -54,6 +55,15 @@ func TestLoad(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "SERVESCOPE_DEV_CLICKHOUSE_TCP_PORT") || !strings.Contains(err.Error(), "SERVESCOPE_DEV_LOG_LINES") {
 		t.Errorf("bad settings: %v", err)
 	}
+	for _, bad := range []map[string]string{
+		{"SERVESCOPE_DEV_NATS_CLUSTER_NODES": "2"},
+		{"SERVESCOPE_DEV_NATS_CLUSTER_NODES": "10"},
+		{"SERVESCOPE_DEV_NATS_CLUSTER_ROUTE_PORT": "65534"},
+	} {
+		if _, err := Load(root, env(bad)); err == nil || !strings.Contains(err.Error(), "SERVESCOPE_DEV_NATS_CLUSTER_") {
+			t.Errorf("%v: %v, want an error naming the variable", bad, err)
+		}
+	}
 }
 
 // TestCommandLines pins the servers' command lines to those earlier versions of scripts/dev-services
@@ -62,12 +72,22 @@ func TestLoad(t *testing.T) {
 func TestCommandLines(t *testing.T) {
 	cfg := Config{CacheDir: "/c", NATSPort: 4222, NATSMonitorPort: 8222, ClickHouseTCPPort: 9000, ClickHouseHTTPPort: 8123, ClickHouseLogLevel: "information"}
 	n, ch := cfg.NATS().Spec(), cfg.ClickHouse().Spec()
+	cfg.NATSClusterNodes, cfg.NATSClusterPort, cfg.NATSClusterMonitorPort, cfg.NATSClusterRoutePort = 3, 4231, 8231, 6231
+	nodes, err := cfg.NATSCluster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := nodes[1].Spec()
 	for _, tc := range []struct{ got, want string }{
 		{strings.Join(append([]string{n.Path}, n.Args...), " "),
 			"/c/bin/nats-server --addr 127.0.0.1 --port 4222 --http_port 8222 --jetstream --store_dir /c/nats/data --server_name servescope-dev"},
 		{strings.Join(append([]string{ch.Path}, ch.Args...), " "),
 			"/c/bin/chlaunch --lib /c/chdb/node_modules/@chdb/lib-linux-x64-gnu/libchdb.so --path /c/clickhouse/data --tcp-port 9000 --http-port 8123 --listen-host 127.0.0.1 --config /c/clickhouse/config.xml --log-level information"},
 		{n.PidFile + " " + n.Log, "/c/nats/nats-server.pid /c/nats/nats-server.log"},
+		{strings.Join(append([]string{node.Path}, node.Args...), " "),
+			"/c/bin/nats-server --addr 127.0.0.1 --port 4232 --http_port 8232 --jetstream --store_dir /c/nats-cluster/nats-2/data --server_name servescope-dev-2" +
+				" --cluster nats://127.0.0.1:6232 --cluster_name servescope-dev-cluster --routes nats://127.0.0.1:6231,nats://127.0.0.1:6233"},
+		{node.PidFile, "/c/nats-cluster/nats-2/nats-server.pid"},
 		{ch.PidFile + " " + ch.Log, "/c/clickhouse/clickhouse.pid /c/clickhouse/clickhouse.log"},
 	} {
 		if tc.got != tc.want {

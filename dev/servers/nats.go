@@ -2,6 +2,7 @@ package servers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -97,6 +98,27 @@ func (n NATS) ClusterURL() string {
 func (n NATS) ClusterHealthy(ctx context.Context) error {
 	_, err := httpGet(ctx, n.MonitorURL()+"/healthz")
 	return err
+}
+
+// MetaLeader returns the name of the server leading the JetStream meta group of n's cluster, as
+// n's /jsz reports it ("" while none is elected).
+func (n NATS) MetaLeader(ctx context.Context) (string, error) {
+	body, err := httpGet(ctx, n.MonitorURL()+"/jsz")
+	if err != nil {
+		return "", err
+	}
+	var jsz struct {
+		Meta *struct {
+			Leader string `json:"leader"`
+		} `json:"meta_cluster"`
+	}
+	if err := json.Unmarshal([]byte(body), &jsz); err != nil {
+		return "", fmt.Errorf("read %s/jsz: %w", n.MonitorURL(), err)
+	}
+	if jsz.Meta == nil {
+		return "", nil
+	}
+	return jsz.Meta.Leader, nil
 }
 
 func (n NATS) check() error {
