@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/servescope/servescope/dev/testenv"
+)
+
+// TestStreamsUpOnACluster runs the setup step against a 3-node JetStream cluster named by all of
+// its URLs, as a team does when it moves from one NATS server to a cluster: streams created at
+// one replica, then SERVESCOPE_STREAM_REPLICAS=3 and `streams up` again. Both streams and the
+// durable consumer end up with three replicas placed on three nodes, `streams check` finds no
+// difference, and with one node SIGKILLed the check and the setup still answer. It sets the
+// process environment, so it does not run in parallel.
+func TestStreamsUpOnACluster(t *testing.T) {
+	cluster := testenv.StartNATSCluster(t, 3)
+	prefix := testenv.UniqueName("t")
+	t.Setenv("SERVESCOPE_NATS_URL", cluster.URL())
+	t.Setenv("SERVESCOPE_SUBJECT_PREFIX", prefix)
+	t.Setenv("SERVESCOPE_STREAM_MAX_BYTES", "67108864")
+	t.Setenv("CONSUMER_DURABLE", "cluster-writer")
+	t.Setenv("CONSUMER_BATCH_ROWS", "500")
+	stream, dlq := strings.ToUpper(prefix), strings.ToUpper(prefix)+"_DLQ"
+
+	out, code, err := run(t, "streams", "up")
+	if code != 0 || strings.Count(out, ": created (") != 3 || !strings.Contains(out, "num_replicas 1") {
+		t.Fatalf("streams up at one replica: exit %d, %v:\n%s", code, err, out)
+	}
+
+	t.Setenv("SERVESCOPE_STREAM_REPLICAS", "3")
+	out, code, err = run(t, "streams", "check")
+	if code != 0 || !strings.Contains(out, "stream "+stream+": num_replicas is 1, these settings say 3") ||
+		!strings.Contains(out, "stream "+dlq+": num_replicas is 1, these settings say 3") {
+		t.Errorf("streams check at 3 replicas before the setup: exit %d, %v:\n%s", code, err, out)
+	}
+	out, code, err = run(t, "streams", "up")
+	if code != 0 || !strings.Contains(out, "stream "+stream+": updated (num_replicas 1 → 3)") ||
+		!strings.Contains(out, "stream "+dlq+": updated (num_replicas 1 → 3)") {
+		t.Fatalf("streams up at 3 replicas: exit %d, %v:\n%s", code, err, out)
+	}
+
+	nc, err := nats.Connect(cluster.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// Scaling a stream up is asynchronous: the new replicas catch up, then the information lists them.
+	for _, name := range []string{stream, dlq} {
+		waitPlaced(ctx, t, name, func() (int, int, error) {
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				return 0, 0, err
+			}
+			info, err := s.Info(ctx)
+			if err != nil {
+				return 0, 0, err
+			}
+			if info.Cluster == nil || info.Cluster.Leader == "" {
+				return info.Config.Replicas, 0, nil
+			}
+			return info.Config.Replicas, 1 + current(info.Cluster.Replicas), nil
+		})
+	}
+	waitPlaced(ctx, t, "durable consumer cluster-writer", func() (int, int, error) {
+		c, err := js.Consumer(ctx, stream, "cluster-writer")
+		if err != nil {
+			return 0, 0, err
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		if info.Cluster == nil || info.Cluster.Leader == "" {
+			return info.Config.Replicas, 0, nil
+		}
+		// The setup leaves the consumer's replica count at 0: it follows its stream's.
+		configured := info.Config.Replicas
+		if configured == 0 {
+			configured = 3
+		}
+		return configured, 1 + current(info.Cluster.Replicas), nil
+	})
+
+	out, code, err = run(t, "streams", "check")
+	if code != 0 || strings.Contains(out, " is ") {
+		t.Errorf("streams check at 3 replicas after the setup: exit %d, %v; want no difference:\n%s", code, err, out)
+	}
+
+	// One node down: the check and the setup still answer through the other URLs.
+	cluster.Nodes[0].Kill()
+	out, code, err = run(t, "streams", "check")
+	if code != 0 || strings.Contains(out, " is ") {
+		t.Errorf("streams check with a node down: exit %d, %v:\n%s", code, err, out)
+	}
+	out, code, err = run(t, "streams", "up")
+	if code != 0 || strings.Count(out, ": unchanged (") != 3 {
+		t.Errorf("streams up with a node down: exit %d, %v; want three resources unchanged:\n%s", code, err, out)
+	}
+}
+
+// current counts the replicas that are current (caught up with the leader).
+func current(peers []*jetstream.PeerInfo) int {
+	n := 0
+	for _, p := range peers {
+		if p.Current {
+			n++
+		}
+	}
+	return n
+}
+
+// waitPlaced waits until info reports 3 replicas configured and 3 current.
+func waitPlaced(ctx context.Context, t *testing.T, what string, info func() (configured, placed int, err error)) {
+	t.Helper()
+	for {
+		configured, placed, err := info()
+		if err == nil && configured == 3 && placed == 3 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %d replicas configured, %d current (%v); want 3 and 3", what, configured, placed, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
