@@ -40,7 +40,8 @@ type service struct {
 	Networks map[string]struct {
 		Aliases []string `yaml:"aliases"`
 	} `yaml:"networks"`
-	Restart string `yaml:"restart"`
+	Restart  string `yaml:"restart"`
+	Hostname string `yaml:"hostname"`
 }
 
 func repoRoot(t *testing.T) string {
@@ -221,6 +222,10 @@ func containerPorts(s service) map[string]bool {
 	}
 	cmd := strings.Join(argv(s.Command), " ")
 	for _, m := range regexp.MustCompile(`--port[ =](\d+)`).FindAllStringSubmatch(cmd, -1) {
+		ports[m[1]] = true
+	}
+	// A NATS cluster node's route port.
+	for _, m := range regexp.MustCompile(`--cluster[ =]nats://[^ ]*:(\d+)`).FindAllStringSubmatch(cmd, -1) {
 		ports[m[1]] = true
 	}
 	switch {
@@ -409,7 +414,7 @@ func TestServicesAndProfiles(t *testing.T) {
 		}
 	}
 	for name, s := range c.Services {
-		if name == "migrate" {
+		if name == setupOf(s) {
 			if s.Restart != "no" {
 				t.Errorf("migrate is a one-shot job; restart = %q", s.Restart)
 			}
@@ -434,34 +439,44 @@ func TestServicesAndProfiles(t *testing.T) {
 // consumer's CONSUMER_* settings, so the setup must be given the same values as the consumer.
 func TestSetupRunsFirst(t *testing.T) {
 	c, _ := load(t)
-	m, ok := c.Services["migrate"]
-	if !ok {
-		t.Fatal("no migrate service")
-	}
-	if got := strings.Join(argv(m.Command), " "); got != "servescope migrate up" {
-		t.Errorf("migrate runs %q, want servescope migrate up", got)
-	}
-	for _, dep := range []string{"nats", "clickhouse"} {
-		if d, ok := m.DependsOn[dep]; !ok || d.Condition != "service_healthy" {
-			t.Errorf("migrate does not wait for %s to be healthy: %+v", dep, m.DependsOn)
+	for _, setup := range []struct {
+		name    string
+		servers []string
+	}{
+		{"migrate", []string{"nats", "clickhouse"}},
+		{"cluster-migrate", append(clusterServices(c, isNATS), clusterServices(c, isClickHouse)...)},
+	} {
+		m, ok := c.Services[setup.name]
+		if !ok {
+			t.Fatalf("no %s service", setup.name)
 		}
-	}
-	if m.Environment["SERVESCOPE_NATS_URL"] == "" || m.Environment["SERVESCOPE_CLICKHOUSE_ADDR"] == "" {
-		t.Errorf("migrate is not given both NATS and ClickHouse: %v", m.Environment)
+		if got := strings.Join(argv(m.Command), " "); got != "servescope migrate up" {
+			t.Errorf("%s runs %q, want servescope migrate up", setup.name, got)
+		}
+		for _, dep := range setup.servers {
+			if d, ok := m.DependsOn[dep]; !ok || d.Condition != "service_healthy" {
+				t.Errorf("%s does not wait for %s to be healthy: %+v", setup.name, dep, m.DependsOn)
+			}
+		}
+		if m.Environment["SERVESCOPE_NATS_URL"] == "" || m.Environment["SERVESCOPE_CLICKHOUSE_ADDR"] == "" {
+			t.Errorf("%s is not given both NATS and ClickHouse: %v", setup.name, m.Environment)
+		}
 	}
 	users := 0
 	for name, s := range c.Services {
-		if name == "migrate" || binary(s) == "" {
+		if name == setupOf(s) || binary(s) == "" {
 			continue
 		}
+		setup := setupOf(s)
+		m := c.Services[setup]
 		_, nats := s.Environment["SERVESCOPE_NATS_URL"]
 		_, ch := s.Environment["SERVESCOPE_CLICKHOUSE_ADDR"]
 		if !nats && !ch {
 			continue
 		}
 		users++
-		if d, ok := s.DependsOn["migrate"]; !ok || d.Condition != "service_completed_successfully" {
-			t.Errorf("service %s uses NATS or ClickHouse but does not start after migrate completed: %+v", name, s.DependsOn)
+		if d, ok := s.DependsOn[setup]; !ok || d.Condition != "service_completed_successfully" {
+			t.Errorf("service %s uses NATS or ClickHouse but does not start after %s completed: %+v", name, setup, s.DependsOn)
 		}
 		for k, v := range s.Environment {
 			if !strings.HasPrefix(k, "SERVESCOPE_NATS_") && k != "SERVESCOPE_SUBJECT_PREFIX" && !strings.HasPrefix(k, "SERVESCOPE_CLICKHOUSE_") && !strings.HasPrefix(k, "CONSUMER_") || k == "CONSUMER_METRICS_ADDR" {
@@ -471,18 +486,27 @@ func TestSetupRunsFirst(t *testing.T) {
 				continue // an account (the console's read-only one, say), not a resource
 			}
 			if m.Environment[k] != v {
-				t.Errorf("service %s has %s=%q, the setup %q: it would set up other resources than the service uses", name, k, v, m.Environment[k])
+				t.Errorf("service %s has %s=%q, the setup %s %q: it would set up other resources than the service uses", name, k, v, setup, m.Environment[k])
 			}
 		}
 		for k := range s.Environment {
 			if strings.HasPrefix(k, "SERVESCOPE_STREAM_") {
-				t.Errorf("service %s sets %s: stream limits belong to the setup step (migrate), which owns the streams", name, k)
+				t.Errorf("service %s sets %s: stream limits belong to the setup step (%s), which owns the streams", name, k, setup)
 			}
 		}
 	}
 	if users < 4 {
 		t.Errorf("only %d services use NATS or ClickHouse; the check is missing them", users)
 	}
+}
+
+// setupOf is the setup step of s's deployment: cluster-migrate in the cluster profile, migrate
+// otherwise.
+func setupOf(s service) string {
+	if inProfile(s, clusterProfile) {
+		return "cluster-migrate"
+	}
+	return "migrate"
 }
 
 // isCredential reports whether an environment variable names who connects rather than what is

@@ -103,6 +103,28 @@ func StartClickHouseUsers(t testing.TB, usersXML string) *ClickHouseServer {
 	return startClickHouse(t, path)
 }
 
+// StartClickHouseConfigD starts a private ClickHouse server like [StartClickHouse] with files
+// (file name → content) in the config.d directory beside its config, which the engine merges
+// into that config as a ClickHouse server merges /etc/clickhouse-server/config.d: a test proves
+// that a deployment's config files load. Variables their from_env attributes name must be in the
+// test's environment (t.Setenv), which the server inherits.
+func StartClickHouseConfigD(t testing.TB, files map[string][]byte) *ClickHouseServer {
+	t.Helper()
+	cfg := clickHouseConfig(t)
+	dir := filepath.Join(filepath.Dir(cfg.ConfigFile), "config.d")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(name)), content, 0o644); err != nil {
+			t.Fatalf("write ClickHouse config.d/%s: %v", name, err)
+		}
+	}
+	c := newClickHouse(t, cfg)
+	c.Start()
+	return c
+}
+
 func startClickHouse(t testing.TB, usersFile string) *ClickHouseServer {
 	t.Helper()
 	cfg := clickHouseConfig(t)
