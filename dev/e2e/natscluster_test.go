@@ -176,14 +176,14 @@ func TestNATSClusterLosesNothingThroughNodeLoss(t *testing.T) {
 	var lost, dup []string
 	var got map[string]uint64
 	for {
-		got = eventIDCounts(ctx, t, conn, "requests FINAL")
+		got = idCounts(ctx, t, conn, "event_id", "requests FINAL")
 		lost, dup = ledger(ids, got)
 		if len(lost) == 0 || time.Now().After(deadline) {
 			break
 		}
 		step(fmt.Sprintf("waiting for %d events to land", len(lost)), time.Second)
 	}
-	raw := eventIDCounts(ctx, t, conn, "requests")
+	raw := idCounts(ctx, t, conn, "event_id", "requests")
 	_, rawDup := ledger(ids, raw)
 	extra := 0
 	for id := range got {
@@ -316,12 +316,13 @@ func (tr *traffic) stop() map[string]struct{} {
 	return tr.ids
 }
 
-// eventIDCounts returns how many rows of from ("requests" or "requests FINAL") carry each event_id.
-func eventIDCounts(ctx context.Context, t *testing.T, conn driver.Conn, from string) map[string]uint64 {
+// idCounts returns how many rows of from ("requests" or "requests FINAL") carry each value of
+// the column (event_id, request_id).
+func idCounts(ctx context.Context, t *testing.T, conn driver.Conn, column, from string) map[string]uint64 {
 	t.Helper()
-	rows, err := conn.Query(ctx, "SELECT event_id, count() FROM "+from+" GROUP BY event_id")
+	rows, err := conn.Query(ctx, "SELECT "+column+", count() FROM "+from+" GROUP BY "+column)
 	if err != nil {
-		t.Fatalf("read event ids of %s: %v", from, err)
+		t.Fatalf("read %s of %s: %v", column, from, err)
 	}
 	defer rows.Close()
 	out := map[string]uint64{}
