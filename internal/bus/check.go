@@ -63,7 +63,8 @@ func CheckStream(ctx context.Context, js jetstream.JetStream, t Topology, kinds 
 // events stream, pulled, with explicit acks and a filter that lets every kind through. It
 // returns the durable consumer, ready to consume, and every limit in which the streams differ
 // from s's set fields (and the fixed duplicate window and dead-letter age) or the durable
-// consumer from d (ack_wait, max_ack_pending) and from redelivery without limit (max_deliver).
+// consumer from d (ack_wait, max_ack_pending), from redelivery without limit (max_deliver) and,
+// when s sets Replicas, from the stream's replica count (num_replicas).
 // Nothing is changed. Errors are as [CheckStream]'s.
 func CheckConsumer(ctx context.Context, js jetstream.JetStream, t Topology, d Durable, s StreamSettings) (jetstream.Consumer, []Difference, error) {
 	events, dlq := t.Expected(s)
@@ -105,7 +106,8 @@ func CheckConsumer(ctx context.Context, js jetstream.JetStream, t Topology, d Du
 			}
 		}
 	}
-	return c, append(diffs, consumerLimitDifferences(t.Stream(), have, want)...), nil
+	diffs = append(diffs, consumerLimitDifferences(t.Stream(), have, want)...)
+	return c, append(diffs, consumerReplicaDifferences(t.Stream(), have, s.Replicas)...), nil
 }
 
 // checkStream verifies that the stream want.Name exists, is not sealed and takes each subject,

@@ -63,7 +63,8 @@ func (a Applied) String() string {
 // An update keeps the settings Setup does not manage (placement, compression, metadata an
 // operator added) and changes only the ones it does: for a stream its subjects, storage,
 // retention, discard policy, limits (max_age, max_bytes, num_replicas) and duplicate window; for
-// a durable consumer its ack policy, ack_wait, max_deliver, max_ack_pending and filter. A change
+// a durable consumer its ack policy, ack_wait, max_deliver, max_ack_pending and filter, and a
+// replica count set apart from its stream's, which it puts back to the stream's. A change
 // NATS refuses (a stream's storage type, a consumer's ack policy) is returned as an error naming
 // the setting; the resource has to be removed by hand (`nats stream rm`, `nats consumer rm`) to
 // be created anew, which Setup never does by itself because it would drop messages or a
@@ -79,7 +80,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, t Topology, s StreamSett
 		out = append(out, a)
 	}
 	for _, d := range ds {
-		a, err := setupConsumer(ctx, js, t.Stream(), t.ConsumerConfig(d))
+		a, err := setupConsumer(ctx, js, t.Stream(), t.ConsumerConfig(d), events.Replicas)
 		if err != nil {
 			return out, err
 		}
@@ -125,7 +126,8 @@ func streamError(verb string, cfg jetstream.StreamConfig, err error) error {
 	return fmt.Errorf("%s stream %s on %s: %w", verb, cfg.Name, strings.Join(cfg.Subjects, ","), err)
 }
 
-func setupConsumer(ctx context.Context, js jetstream.JetStream, stream string, want jetstream.ConsumerConfig) (Applied, error) {
+// setupConsumer makes the durable consumer want on stream, whose replica count is streamReplicas.
+func setupConsumer(ctx context.Context, js jetstream.JetStream, stream string, want jetstream.ConsumerConfig, streamReplicas int) (Applied, error) {
 	a := Applied{Stream: stream, Consumer: want.Durable, Settings: consumerSettings(want)}
 	c, err := js.Consumer(ctx, stream, want.Durable)
 	switch {
@@ -142,7 +144,8 @@ func setupConsumer(ctx context.Context, js jetstream.JetStream, stream string, w
 		return a, fmt.Errorf("read durable consumer %s on stream %s: %w", want.Durable, stream, err)
 	}
 	have := c.CachedInfo().Config
-	a.Changes = consumerChanges(stream, have, want)
+	replicas := consumerReplicaDifferences(stream, have, streamReplicas)
+	a.Changes = append(consumerChanges(stream, have, want), replicas...)
 	if len(a.Changes) == 0 {
 		a.Action = Unchanged
 		return a, nil
@@ -150,6 +153,9 @@ func setupConsumer(ctx context.Context, js jetstream.JetStream, stream string, w
 	upd := have
 	upd.Description, upd.AckPolicy, upd.AckWait, upd.MaxDeliver = want.Description, want.AckPolicy, want.AckWait, want.MaxDeliver
 	upd.MaxAckPending, upd.FilterSubject, upd.FilterSubjects = want.MaxAckPending, want.FilterSubject, nil
+	if len(replicas) > 0 {
+		upd.Replicas = want.Replicas // 0: the stream's, now and after the stream is scaled
+	}
 	if _, err := js.UpdateConsumer(ctx, stream, upd); err != nil {
 		return a, fmt.Errorf("update durable consumer %s on stream %s (%s): %w", want.Durable, stream, changeList(a.Changes), err)
 	}
@@ -267,6 +273,19 @@ func consumerLimitDifferences(stream string, have, want jetstream.ConsumerConfig
 	add(settingMaxAckPending, strconv.Itoa(have.MaxAckPending), strconv.Itoa(want.MaxAckPending))
 	add(settingMaxDeliver, strconv.Itoa(normalMaxDeliver(have.MaxDeliver)), strconv.Itoa(normalMaxDeliver(want.MaxDeliver)))
 	return out
+}
+
+// consumerReplicaDifferences reports a durable consumer whose replica count was set apart from
+// its stream's (streamReplicas; nothing is compared when it is 0). The setup step leaves it at 0,
+// which NATS reads as "the stream's" and keeps so when the stream is scaled; a consumer set to
+// fewer replicas than its stream keeps its position and pending acknowledgements on fewer nodes,
+// and every consumer instance stops when those nodes are down.
+func consumerReplicaDifferences(stream string, have jetstream.ConsumerConfig, streamReplicas int) []Difference {
+	if streamReplicas <= 0 || have.Replicas == 0 || have.Replicas == streamReplicas {
+		return nil
+	}
+	return []Difference{{Stream: stream, Consumer: have.Durable, Setting: settingReplicas,
+		Server: strconv.Itoa(have.Replicas), Service: strconv.Itoa(streamReplicas)}}
 }
 
 // normalMaxDeliver maps the server's spellings of "without limit" (0 in a request, -1 in info) to -1.
