@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servescope/servescope/dev/security"
 	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/access"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
 )
@@ -557,11 +557,8 @@ func TestClusterServices(t *testing.T) {
 	var u consoleUsers
 	const clusterConsoleUsers = "deploy/clickhouse/cluster/users.d/servescope-console.xml"
 	readXML(t, root, clusterConsoleUsers, &u)
-	var want []string
-	for _, d := range []string{db, local} {
-		a := security.Access{Database: d, Console: security.Account{User: u.Users.User.XMLName.Local, Password: "x"}}
-		want = append(want, a.RoleGrants()[security.ConsoleRole]...)
-	}
+	a := access.Access{Database: db, LocalDatabase: local, Console: access.Account{User: u.Users.User.XMLName.Local, Password: "x"}}
+	want := a.RoleGrants()[access.ConsoleRole]
 	if got := u.Roles.Role.Grants; !slices.Equal(got, want) {
 		t.Errorf("%s grants %q, want servescope access's console grants on %s and %s: %q", clusterConsoleUsers, got, db, local, want)
 	}

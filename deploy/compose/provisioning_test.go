@@ -15,8 +15,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/servescope/servescope/dev/grafanagen"
-	"github.com/servescope/servescope/dev/security"
 	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/access"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
 )
@@ -67,11 +67,11 @@ func TestConsoleAccountProvisioned(t *testing.T) {
 	if db == "" {
 		t.Fatal("migrate has no SERVESCOPE_CLICKHOUSE_DATABASE")
 	}
-	a := security.Access{Database: db, Console: security.Account{User: u.Users.User.XMLName.Local, Password: "x"}}
-	if got, want := u.Roles.Role.Grants, a.RoleGrants()[security.ConsoleRole]; u.Roles.Role.XMLName.Local != security.ConsoleRole || !slices.Equal(got, want) {
-		t.Errorf("%s: role %s grants %q; servescope access grants %s %q", consoleUsersFile, u.Roles.Role.XMLName.Local, got, security.ConsoleRole, want)
+	a := access.Access{Database: db, Console: access.Account{User: u.Users.User.XMLName.Local, Password: "x"}}
+	if got, want := u.Roles.Role.Grants, a.RoleGrants()[access.ConsoleRole]; u.Roles.Role.XMLName.Local != access.ConsoleRole || !slices.Equal(got, want) {
+		t.Errorf("%s: role %s grants %q; servescope access grants %s %q", consoleUsersFile, u.Roles.Role.XMLName.Local, got, access.ConsoleRole, want)
 	}
-	if got := u.Users.User.Grants; !slices.Equal(got, []string{"GRANT " + security.ConsoleRole}) || u.Users.User.DefaultDatabase != db {
+	if got := u.Users.User.Grants; !slices.Equal(got, []string{"GRANT " + access.ConsoleRole}) || u.Users.User.DefaultDatabase != db {
 		t.Errorf("%s: user grants %q, default database %q", consoleUsersFile, got, u.Users.User.DefaultDatabase)
 	}
 	pwEnv := u.Users.User.Password.FromEnv

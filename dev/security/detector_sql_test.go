@@ -2,6 +2,7 @@ package security
 
 import (
 	"context"
+	"github.com/servescope/servescope/internal/access/accesstest"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -32,11 +33,11 @@ var hostileLabels = []string{
 // query must run, the values must come back unchanged, and no table may be touched.
 func TestDetectorSQLBindsValues(t *testing.T) {
 	t.Parallel()
-	a := testAccess(t)
-	_, admin := accessServer(t, a)
+	a := accesstest.Access(t)
+	_, admin := accesstest.Server(t, a)
 	ctx := context.Background()
-	root := open(t, admin)
-	detector := open(t, as(admin, a.Detector))
+	root := accesstest.Open(t, admin)
+	detector := accesstest.Open(t, accesstest.As(admin, a.Detector))
 
 	now := time.Now().UTC().Truncate(time.Second)
 	b, err := root.PrepareBatch(ctx, "INSERT INTO requests (event_id, request_id, ts, arrival_ts, finished_ts, model, "+
@@ -129,10 +130,10 @@ func TestDetectorSQLBindsValues(t *testing.T) {
 			t.Fatalf("alert came back as labels %v annotations %v, want %v %v", got.Labels, got.Annotations, want.Labels, want.Annotations)
 		}
 	}
-	if n := count(t, root, "requests"); n != wantRows {
+	if n := accesstest.Count(t, root, "requests"); n != wantRows {
 		t.Fatalf("requests has %d rows after the rules ran, want %d", n, wantRows)
 	}
-	if n := count(t, root, "alerts"); n != uint64(len(alerts)) {
+	if n := accesstest.Count(t, root, "alerts"); n != uint64(len(alerts)) {
 		t.Fatalf("alerts has %d rows, want %d", n, len(alerts))
 	}
 }

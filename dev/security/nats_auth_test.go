@@ -2,6 +2,7 @@ package security
 
 import (
 	"context"
+	"github.com/servescope/servescope/internal/access/accesstest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,8 +45,8 @@ func TestNATSAuth(t *testing.T) {
 		}
 		return p
 	}
-	token := randomSecret(t, "tok-")
-	password := randomSecret(t, "pw-")
+	token := accesstest.RandomSecret(t, "tok-")
+	password := accesstest.RandomSecret(t, "pw-")
 	pki := testenv.NewTestPKI(t)
 	op := testenv.NewNATSOperator(t)
 	goodCreds := op.UserCreds(t, "gateway")

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/servescope/servescope/internal/access"
+	"github.com/servescope/servescope/internal/access/accesstest"
 	"io"
 	"net"
 	"net/http"
@@ -218,23 +220,23 @@ func TestServicesKeepSecretsAndLimitBodies(t *testing.T) {
 	work := t.TempDir()
 
 	secrets := map[string]string{
-		"NATS password":              randomSecret(t, "natspw-"),
-		"wrong NATS password":        randomSecret(t, "badnatspw-"),
-		"detector ClickHouse pw":     randomSecret(t, "detpw-"),
-		"consumer ClickHouse pw":     randomSecret(t, "conpw-"),
-		"wrong ClickHouse pw":        randomSecret(t, "badchpw-"),
-		"ingest token":               randomSecret(t, "ingest-"),
-		"wrong ingest token":         randomSecret(t, "badingest-"),
-		"webhook secret":             randomSecret(t, "hook-"),
-		"ragdemo admin token":        randomSecret(t, "admin-"),
-		"client API key":             "sk-" + randomSecret(t, "client-"),
-		"client API key, wrong path": "sk-" + randomSecret(t, "client2-"),
-		"redacted prompt value":      randomSecret(t, "cardno-"),
+		"NATS password":              accesstest.RandomSecret(t, "natspw-"),
+		"wrong NATS password":        accesstest.RandomSecret(t, "badnatspw-"),
+		"detector ClickHouse pw":     accesstest.RandomSecret(t, "detpw-"),
+		"consumer ClickHouse pw":     accesstest.RandomSecret(t, "conpw-"),
+		"wrong ClickHouse pw":        accesstest.RandomSecret(t, "badchpw-"),
+		"ingest token":               accesstest.RandomSecret(t, "ingest-"),
+		"wrong ingest token":         accesstest.RandomSecret(t, "badingest-"),
+		"webhook secret":             accesstest.RandomSecret(t, "hook-"),
+		"ragdemo admin token":        accesstest.RandomSecret(t, "admin-"),
+		"client API key":             "sk-" + accesstest.RandomSecret(t, "client-"),
+		"client API key, wrong path": "sk-" + accesstest.RandomSecret(t, "client2-"),
+		"redacted prompt value":      accesstest.RandomSecret(t, "cardno-"),
 	}
 	natsSrv := natstest.StartAuth(t, testenv.NATSAuth{User: "servescope", Password: secrets["NATS password"]})
-	a := testAccess(t)
+	a := accesstest.Access(t)
 	a.Detector.Password, a.Consumer.Password = secrets["detector ClickHouse pw"], secrets["consumer ClickHouse pw"]
-	chSrv, admin := accessServer(t, a)
+	chSrv, admin := accesstest.Server(t, a)
 	prefix := testenv.UniqueName("sec")
 	natsEnv := func(password string) map[string]string {
 		return map[string]string{
@@ -258,7 +260,7 @@ func TestServicesKeepSecretsAndLimitBodies(t *testing.T) {
 		}
 		return p
 	}
-	chEnv := func(acc Account) map[string]string {
+	chEnv := func(acc access.Account) map[string]string {
 		return map[string]string{
 			"SERVESCOPE_CLICKHOUSE_ADDR": chSrv.Addr(), "SERVESCOPE_CLICKHOUSE_DATABASE": a.Database,
 			"SERVESCOPE_CLICKHOUSE_USER": acc.User, "SERVESCOPE_CLICKHOUSE_PASSWORD_FILE": secretFile(acc.User+".pw", acc.Password),
@@ -395,7 +397,7 @@ func TestServicesKeepSecretsAndLimitBodies(t *testing.T) {
 
 	phase("ragdemo answered")
 	// The consumer, logged in as the insert-only user, writes the gateway's requests.
-	root := open(t, admin)
+	root := accesstest.Open(t, admin)
 	deadline := time.Now().Add(45 * time.Second)
 	countWhere := func(gateway string) uint64 {
 		var n uint64
@@ -494,7 +496,7 @@ func TestServicesKeepSecretsAndLimitBodies(t *testing.T) {
 	// Last, because the libchdb engine aborts after refusing a native-protocol login: a consumer with
 	// a wrong ClickHouse password must fail with a clear error that does not show it.
 	bad := startService(t, "consumer-wrong-clickhouse-password", filepath.Join(bin, "consumer"), logs,
-		merge(natsEnv(secrets["NATS password"]), chEnv(Account{User: a.Consumer.User, Password: secrets["wrong ClickHouse pw"]}), map[string]string{
+		merge(natsEnv(secrets["NATS password"]), chEnv(access.Account{User: a.Consumer.User, Password: secrets["wrong ClickHouse pw"]}), map[string]string{
 			"CONSUMER_METRICS_ADDR": freeAddr(t), "CONSUMER_DURABLE": "servescope-writer-bad",
 		}))
 	// The consumer keeps retrying (an unreachable ClickHouse never loses a record), so what matters is

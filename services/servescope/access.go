@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/servescope/servescope/dev/security"
+	"github.com/servescope/servescope/internal/access"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
 )
@@ -30,21 +30,22 @@ type accessSettings struct {
 	ClickHouse config.ClickHouse
 }
 
-func (s accessSettings) access() (security.Access, error) {
+func (s accessSettings) access() (access.Access, error) {
 	pick := func(v, file string) string {
 		if file != "" {
 			return strings.TrimRight(file, "\r\n")
 		}
 		return v
 	}
-	a := security.Access{
-		Database: s.ClickHouse.Database,
-		Detector: security.Account{User: s.DetectorUser, Password: pick(s.DetectorPassword, s.DetectorPasswordFile)},
-		Consumer: security.Account{User: s.ConsumerUser, Password: pick(s.ConsumerPassword, s.ConsumerPasswordFile)},
-		Networks: s.Networks,
+	a := access.Access{
+		Database:      s.ClickHouse.Database,
+		LocalDatabase: localDatabase(s.ClickHouse),
+		Detector:      access.Account{User: s.DetectorUser, Password: pick(s.DetectorPassword, s.DetectorPasswordFile)},
+		Consumer:      access.Account{User: s.ConsumerUser, Password: pick(s.ConsumerPassword, s.ConsumerPasswordFile)},
+		Networks:      s.Networks,
 	}
 	if p := pick(s.ConsolePassword, s.ConsolePasswordFile); p != "" {
-		a.Console = security.Account{User: s.ConsoleUser, Password: p}
+		a.Console = access.Account{User: s.ConsoleUser, Password: p}
 		a.ConsoleContent = s.ConsoleContent
 	}
 	return a, a.Validate()
@@ -58,10 +59,10 @@ func newAccessCmd() *cobra.Command {
 		Use:   "access",
 		Short: "Least-privilege ClickHouse accounts for the detector (read-only), the consumer (insert-only) and the console (read-only)",
 	}
-	load := func() (accessSettings, security.Access, error) {
+	load := func() (accessSettings, access.Access, error) {
 		s, err := config.Load[accessSettings]()
 		if err != nil {
-			return s, security.Access{}, err
+			return s, access.Access{}, err
 		}
 		a, err := s.access()
 		return s, a, err
@@ -116,4 +117,12 @@ func newAccessCmd() *cobra.Command {
 	}
 	cmd.AddCommand(usersXML, apply)
 	return cmd
+}
+
+// localDatabase is the sharded schema's database of local tables, or "" on a single node.
+func localDatabase(cfg config.ClickHouse) string {
+	if cfg.Cluster == "" {
+		return ""
+	}
+	return chstore.LocalDatabase(cfg)
 }

@@ -1,9 +1,9 @@
-// Package security holds servescope's shared security pieces: the least-privilege ClickHouse
-// accounts of the detector and the consumer ([Access]) and an HTTP request body limit
-// ([LimitBody]). Its tests check the security promises of the whole system against real servers:
-// NATS authentication, ClickHouse privileges, secrets kept out of logs, body limits on every
-// listener and bound parameters in the detector's SQL.
-package security
+// Package access defines servescope's least-privilege ClickHouse accounts — the detector's
+// (read-only, plus its alert tables), the consumer's (insert-only) and the console's (read-only,
+// without captured text) — as roles and users, in the two forms ClickHouse takes them: SQL for
+// servers with SQL-driven access control, and a users.d XML file. `servescope access` prints and
+// applies them; dev/security tests them against a real server.
+package access
 
 import (
 	"crypto/sha256"
@@ -58,6 +58,11 @@ type Account struct {
 type Access struct {
 	// Database holds servescope's tables (SERVESCOPE_CLICKHOUSE_DATABASE).
 	Database string
+	// LocalDatabase, set on a sharded schema (SERVESCOPE_CLICKHOUSE_CLUSTER), is each node's
+	// database of local tables under Database's Distributed ones (internal/chstore.LocalDatabase).
+	// Every role gets the same privileges on it: a query through a Distributed table runs on the
+	// shards as the user who asked when the cluster has a secret, and is refused there otherwise.
+	LocalDatabase string
 	// Detector gets [DetectorRole], Consumer gets [ConsumerRole].
 	Detector Account
 	Consumer Account
@@ -79,6 +84,9 @@ func (a Access) Validate() error {
 	var errs []error
 	if !identRE.MatchString(a.Database) {
 		errs = append(errs, fmt.Errorf("database %q is not a plain identifier", a.Database))
+	}
+	if a.LocalDatabase != "" && (!identRE.MatchString(a.LocalDatabase) || a.LocalDatabase == a.Database) {
+		errs = append(errs, fmt.Errorf("local database %q is not a plain identifier apart from the database", a.LocalDatabase))
 	}
 	for _, acc := range []struct {
 		role string
@@ -117,9 +125,20 @@ func (a Access) Validate() error {
 	return nil
 }
 
-// RoleGrants returns each role's privileges as GRANT statements without the TO clause, in order.
+// RoleGrants returns each role's privileges as GRANT (and REVOKE) statements without the TO or
+// FROM clause, in order: on Database, then the same on LocalDatabase when it is set.
 func (a Access) RoleGrants() map[string][]string {
-	db := "`" + a.Database + "`"
+	out := a.roleGrants(a.Database)
+	if a.LocalDatabase != "" {
+		for role, gs := range a.roleGrants(a.LocalDatabase) {
+			out[role] = append(out[role], gs...)
+		}
+	}
+	return out
+}
+
+func (a Access) roleGrants(database string) map[string][]string {
+	db := "`" + database + "`"
 	detector := []string{"GRANT SELECT ON " + db + ".*"}
 	for _, t := range DetectorInsertTables {
 		detector = append(detector, "GRANT INSERT ON "+db+".`"+t+"`")

@@ -1,20 +1,19 @@
-package security
+package access_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
-	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	consolepanels "github.com/servescope/servescope/deploy/console"
 	builtin "github.com/servescope/servescope/deploy/detector"
 	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/access"
+	"github.com/servescope/servescope/internal/access/accesstest"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/internal/panels"
@@ -28,70 +27,6 @@ const (
 	codeAuthenticationFailed = 516
 )
 
-// adminUserXML is the passwordless administrator the private server's readiness check and the
-// tests' migrations use; it never exists in a deployment's users.d file.
-const adminUserXML = `    <default>
-      <password></password>
-      <networks><ip>::/0</ip></networks>
-      <profile>default</profile>
-      <quota>default</quota>
-    </default>
-`
-
-func randomSecret(t testing.TB, prefix string) string {
-	t.Helper()
-	b := make([]byte, 12)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return prefix + hex.EncodeToString(b)
-}
-
-func testAccess(t testing.TB) Access {
-	return Access{
-		Database: "servescope_access",
-		Detector: Account{User: "servescope_detector", Password: randomSecret(t, "det-")},
-		Consumer: Account{User: "servescope_consumer", Password: randomSecret(t, "con-")},
-		Console:  Account{User: "servescope_console", Password: randomSecret(t, "cons-")},
-	}
-}
-
-// accessServer starts a private ClickHouse with a's accounts, migrates a.Database as the admin and
-// returns the admin settings.
-func accessServer(t *testing.T, a Access) (*testenv.ClickHouseServer, config.ClickHouse) {
-	t.Helper()
-	body, err := a.usersXMLBody(adminUserXML)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := "<clickhouse>\n  <profiles><default></default></profiles>\n  <quotas><default></default></quotas>\n" +
-		body + "</clickhouse>\n"
-	srv := testenv.StartClickHouseUsers(t, doc)
-	admin := config.ClickHouse{Addr: []string{srv.Addr()}, Database: a.Database, User: "default", DialTimeout: 5 * time.Second}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := chstore.Migrate(ctx, admin); err != nil {
-		t.Fatalf("migrate as admin: %v", err)
-	}
-	return srv, admin
-}
-
-func as(admin config.ClickHouse, acc Account) config.ClickHouse {
-	c := admin
-	c.User, c.Password = acc.User, acc.Password
-	return c
-}
-
-func open(t *testing.T, cfg config.ClickHouse) driver.Conn {
-	t.Helper()
-	conn, err := chstore.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("open as %s: %v", cfg.User, err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
-
 func wantCode(t *testing.T, what string, err error, code int32) {
 	t.Helper()
 	var ex *clickhouse.Exception
@@ -100,31 +35,22 @@ func wantCode(t *testing.T, what string, err error, code int32) {
 	}
 }
 
-func count(t *testing.T, conn driver.Conn, table string) uint64 {
-	t.Helper()
-	var n uint64
-	if err := conn.QueryRow(context.Background(), "SELECT count() FROM "+table).Scan(&n); err != nil {
-		t.Fatalf("count %s: %v", table, err)
-	}
-	return n
-}
-
 func TestClickHouseLeastPrivilege(t *testing.T) {
 	t.Parallel()
-	a := testAccess(t)
-	srv, admin := accessServer(t, a)
+	a := accesstest.Access(t)
+	srv, admin := accesstest.Server(t, a)
 	ctx := context.Background()
-	root := open(t, admin)
-	consumer := open(t, as(admin, a.Consumer))
-	detector := open(t, as(admin, a.Detector))
-	console := open(t, as(admin, a.Console))
+	root := accesstest.Open(t, admin)
+	consumer := accesstest.Open(t, accesstest.As(admin, a.Consumer))
+	detector := accesstest.Open(t, accesstest.As(admin, a.Detector))
+	console := accesstest.Open(t, accesstest.As(admin, a.Console))
 
 	t.Run("consumer", func(t *testing.T) {
 		// The consumer's own start-up check reads system.columns: it must see every table it writes.
 		if err := sink.New(consumer).Check(ctx); err != nil {
 			t.Fatalf("consumer schema check: %v", err)
 		}
-		for _, table := range ConsumerInsertTables {
+		for _, table := range access.ConsumerInsertTables {
 			// A row outside its TTL is dropped at insert, so the time column is set.
 			timeCol := "ts"
 			if table == "requests" || table == "requests_started" {
@@ -134,7 +60,7 @@ func TestClickHouseLeastPrivilege(t *testing.T) {
 				t.Errorf("insert into %s as consumer: %v", table, err)
 				continue
 			}
-			if n := count(t, root, table); n != 1 {
+			if n := accesstest.Count(t, root, table); n != 1 {
 				t.Errorf("%s has %d rows after the consumer's insert, want 1", table, n)
 			}
 		}
@@ -149,7 +75,7 @@ func TestClickHouseLeastPrivilege(t *testing.T) {
 		} {
 			wantCode(t, stmt+" as consumer", consumer.Exec(ctx, stmt), codeAccessDenied)
 		}
-		if n := count(t, root, "alerts"); n != 0 {
+		if n := accesstest.Count(t, root, "alerts"); n != 0 {
 			t.Fatalf("alerts has %d rows after the consumer's refused insert", n)
 		}
 	})
@@ -161,12 +87,12 @@ func TestClickHouseLeastPrivilege(t *testing.T) {
 				t.Errorf("SELECT from %s as detector: %v", table, err)
 			}
 		}
-		for _, table := range DetectorInsertTables {
+		for _, table := range access.DetectorInsertTables {
 			if err := detector.Exec(ctx, "INSERT INTO "+table+" (ts) VALUES (now64(6))"); err != nil {
 				t.Errorf("insert into %s as detector: %v", table, err)
 			}
 		}
-		before := count(t, root, "requests")
+		before := accesstest.Count(t, root, "requests")
 		for _, stmt := range []string{
 			"INSERT INTO requests (event_id) VALUES ('forged')",
 			"INSERT INTO requests_started (event_id) VALUES ('forged')",
@@ -176,7 +102,7 @@ func TestClickHouseLeastPrivilege(t *testing.T) {
 		} {
 			wantCode(t, stmt+" as detector", detector.Exec(ctx, stmt), codeAccessDenied)
 		}
-		if after := count(t, root, "requests"); after != before {
+		if after := accesstest.Count(t, root, "requests"); after != before {
 			t.Fatalf("requests went from %d to %d rows through refused statements", before, after)
 		}
 	})
@@ -219,11 +145,11 @@ func TestClickHouseLeastPrivilege(t *testing.T) {
 			}
 		}
 		// Captured prompt and output text stay out of its reach unless ConsoleContent says so.
-		for _, col := range ContentColumns["requests"] {
+		for _, col := range access.ContentColumns["requests"] {
 			var s string
 			wantCode(t, "SELECT "+col+" as console", console.QueryRow(ctx, "SELECT "+col+" FROM requests LIMIT 1").Scan(&s), codeAccessDenied)
 		}
-		before := count(t, root, "requests")
+		before := accesstest.Count(t, root, "requests")
 		for _, stmt := range []string{
 			"INSERT INTO requests (event_id) VALUES ('forged')",
 			"INSERT INTO alerts (rule) VALUES ('forged')",
@@ -234,20 +160,20 @@ func TestClickHouseLeastPrivilege(t *testing.T) {
 		} {
 			wantCode(t, stmt+" as console", console.Exec(ctx, stmt), codeAccessDenied)
 		}
-		if after := count(t, root, "requests"); after != before {
+		if after := accesstest.Count(t, root, "requests"); after != before {
 			t.Fatalf("requests went from %d to %d rows through refused statements", before, after)
 		}
 	})
 
 	t.Run("wrong or missing password", func(t *testing.T) {
-		before := count(t, root, "requests")
+		before := accesstest.Count(t, root, "requests")
 		for _, tc := range []struct {
 			name string
 			cfg  config.ClickHouse
 		}{
-			{"wrong password", as(admin, Account{User: a.Consumer.User, Password: a.Consumer.Password + "x"})},
-			{"missing password", as(admin, Account{User: a.Consumer.User})},
-			{"detector password for consumer", as(admin, Account{User: a.Consumer.User, Password: a.Detector.Password})},
+			{"wrong password", accesstest.As(admin, access.Account{User: a.Consumer.User, Password: a.Consumer.Password + "x"})},
+			{"missing password", accesstest.As(admin, access.Account{User: a.Consumer.User})},
+			{"detector password for consumer", accesstest.As(admin, access.Account{User: a.Consumer.User, Password: a.Detector.Password})},
 		} {
 			conn, err := chstore.Open(ctx, tc.cfg)
 			if err == nil {
@@ -267,7 +193,7 @@ func TestClickHouseLeastPrivilege(t *testing.T) {
 			srv.Stop()
 			srv.Start()
 		}
-		after := count(t, open(t, admin), "requests")
+		after := accesstest.Count(t, accesstest.Open(t, admin), "requests")
 		if after != before {
 			t.Fatalf("requests went from %d to %d rows after refused logins", before, after)
 		}
@@ -280,7 +206,7 @@ func TestClickHouseLeastPrivilege(t *testing.T) {
 // tested above.)
 func TestAccessSQL(t *testing.T) {
 	t.Parallel()
-	a := testAccess(t)
+	a := accesstest.Access(t)
 	stmts, err := a.SQL()
 	if err != nil {
 		t.Fatal(err)
@@ -310,23 +236,23 @@ func TestAccessSQL(t *testing.T) {
 }
 
 func TestAccessValidate(t *testing.T) {
-	good := testAccess(t)
+	good := accesstest.Access(t)
 	tests := []struct {
 		name   string
-		modify func(*Access)
+		modify func(*access.Access)
 		want   string
 	}{
-		{"good", func(*Access) {}, ""},
-		{"database with quote", func(a *Access) { a.Database = "x`; DROP" }, "database"},
-		{"user with markup", func(a *Access) { a.Detector.User = "a<b>" }, "detector user"},
-		{"default user", func(a *Access) { a.Consumer.User = "default" }, "must not be the default user"},
-		{"no password", func(a *Access) { a.Consumer.Password = "" }, "has no password"},
-		{"same user", func(a *Access) { a.Consumer.User = a.Detector.User }, "different users"},
-		{"user named like a role", func(a *Access) { a.Detector.User = DetectorRole }, "named like a role"},
-		{"network markup", func(a *Access) { a.Networks = []string{"</ip>"} }, "network"},
-		{"no console", func(a *Access) { a.Console = Account{} }, ""},
-		{"console without password", func(a *Access) { a.Console.Password = "" }, "console user servescope_console has no password"},
-		{"console is the detector", func(a *Access) { a.Console.User = a.Detector.User }, "console's user"},
+		{"good", func(*access.Access) {}, ""},
+		{"database with quote", func(a *access.Access) { a.Database = "x`; DROP" }, "database"},
+		{"user with markup", func(a *access.Access) { a.Detector.User = "a<b>" }, "detector user"},
+		{"default user", func(a *access.Access) { a.Consumer.User = "default" }, "must not be the default user"},
+		{"no password", func(a *access.Access) { a.Consumer.Password = "" }, "has no password"},
+		{"same user", func(a *access.Access) { a.Consumer.User = a.Detector.User }, "different users"},
+		{"user named like a role", func(a *access.Access) { a.Detector.User = access.DetectorRole }, "named like a role"},
+		{"network markup", func(a *access.Access) { a.Networks = []string{"</ip>"} }, "network"},
+		{"no console", func(a *access.Access) { a.Console = access.Account{} }, ""},
+		{"console without password", func(a *access.Access) { a.Console.Password = "" }, "console user servescope_console has no password"},
+		{"console is the detector", func(a *access.Access) { a.Console.User = a.Detector.User }, "console's user"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -349,5 +275,32 @@ func TestAccessValidate(t *testing.T) {
 				t.Fatal("SQL accepted an invalid Access")
 			}
 		})
+	}
+}
+
+// TestRoleGrantsOnAShardedSchema: every role holds the same privileges on the nodes' local
+// database as on the Distributed one, so a query routed to the shards as its user is allowed there.
+func TestRoleGrantsOnAShardedSchema(t *testing.T) {
+	single := accesstest.Access(t)
+	sharded := single
+	sharded.LocalDatabase = single.Database + "_local"
+	if err := sharded.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for role, gs := range single.RoleGrants() {
+		got := sharded.RoleGrants()[role]
+		var want []string
+		want = append(want, gs...)
+		for _, g := range gs {
+			want = append(want, strings.Replace(g, "`"+single.Database+"`", "`"+sharded.LocalDatabase+"`", 1))
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%s on a sharded schema:\n%s\nwant\n%s", role, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	same := single
+	same.LocalDatabase = single.Database
+	if err := same.Validate(); err == nil || !strings.Contains(err.Error(), "local database") {
+		t.Errorf("local database equal to the database: got %v, want an error naming the local database", err)
 	}
 }
