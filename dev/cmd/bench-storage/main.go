@@ -1,14 +1,15 @@
 // Command benchstorage measures the bytes on disk per request and per engine-hour that servescope's
-// tables take after merges, with the schema before and after the compression codecs of migration
-// 000013, side by side in one run (scripts/bench storage).
+// tables take after merges, with the schema before the compression codecs of migration 000013,
+// with them, and at the latest migration (000014's ZSTD level for ids on top), side by side in one
+// run (scripts/bench storage).
 //
 // Method. A private ClickHouse server (the dev build, on free ports, its data in a temporary
-// directory: the shared dev server's other databases would blur its parts) gets two databases: one
-// migrated to the version before 000013 (every migration up, then that one down) and one migrated
-// to the latest. Both get the same generated history (dev/history: -requests over -span, four
-// engines scraped every second, vLLM's stats line every 10 s, a normal day's shape), then
-// OPTIMIZE TABLE … FINAL on every table, so each is the one merged part per day it settles to.
-// Figures come from system.parts (bytes_on_disk of active parts) and system.parts_columns:
+// directory: the shared dev server's other databases would blur its parts) gets three databases:
+// one migrated to the version before 000013 (every migration up, then down to 000012), one to
+// 000013 and one to the latest. All get the same generated history (dev/history: -requests over
+// -span, four engines scraped every second, vLLM's stats line every 10 s, a normal day's shape),
+// then OPTIMIZE TABLE … FINAL on every table, so each is the one merged part per day it settles
+// to. Figures come from system.parts (bytes_on_disk of active parts) and system.parts_columns:
 //
 //   - bytes per request: requests_started + requests + app_records + engine_spans, ÷ requests;
 //   - bytes per engine-hour: engine_samples + engine_logs, ÷ (engines × hours);
@@ -17,10 +18,10 @@
 //   - the read cost: the detector's kind of query (TTFT quantiles over the window's
 //     request_facts_window) timed -reads times on each database, interleaved, median.
 //
-// Target: bytes per request after ≤ -target × before. The last line is one JSON object with every
-// figure, the ratios and targets_met; the exit status is 1 when the target is missed, 2 when the
-// benchmark could not run. The figures come from a shared, loaded machine only in the read times:
-// bytes on disk do not depend on load.
+// Target: bytes per request at the latest ≤ -target × before 000013. The last line is one JSON
+// object with every figure, the ratios and targets_met; the exit status is 1 when the target is
+// missed, 2 when the benchmark could not run. The figures come from a shared, loaded machine only
+// in the read times: bytes on disk do not depend on load.
 package main
 
 import (
@@ -75,11 +76,12 @@ var (
 )
 
 type variant struct {
-	name   string
-	cfg    config.ClickHouse
-	conn   driver.Conn
-	tables map[string]tableSize
-	reads  []time.Duration
+	name    string
+	version uint // the migration it is at; 0 for the latest
+	cfg     config.ClickHouse
+	conn    driver.Conn
+	tables  map[string]tableSize
+	reads   []time.Duration
 }
 
 type tableSize struct {
@@ -98,7 +100,7 @@ func run(log *slog.Logger, s settings) (bool, error) {
 	defer stopServer()
 	spec := history.Normal(time.Now().UTC().Truncate(time.Hour), s.span, s.requests)
 	stamp := time.Now().UTC().Format("150405")
-	vs := []*variant{{name: "before"}, {name: "after"}}
+	vs := []*variant{{name: "before", version: 12}, {name: "codecs", version: 13}, {name: "after"}}
 	for _, v := range vs {
 		db, err := benchkit.CreateDatabase(ctx, cfg, "bench_storage_"+v.name+"_"+stamp, v.migrate)
 		if err != nil {
@@ -127,19 +129,23 @@ func run(log *slog.Logger, s settings) (bool, error) {
 			v.reads = append(v.reads, time.Since(t0))
 		}
 	}
-	return report(s, spec, vs[0], vs[1])
+	return report(s, spec, vs)
 }
 
-// migrate applies every migration to the "after" database and all but the last one (today
-// migrations/000013_codecs, the one measured) to the "before" one.
+// migrate applies every migration, then, when v names an earlier version, goes down to it.
 func (v *variant) migrate(ctx context.Context, cfg config.ClickHouse) error {
 	g, err := chstore.NewMigrator(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("%s: %w", v.name, err)
 	}
 	err = g.Up()
-	if err == nil && v.name == "before" {
-		err = g.Down(1)
+	for err == nil && v.version > 0 {
+		var at uint
+		if at, _, err = g.Version(); err == nil && at > v.version {
+			err = g.Down(1)
+			continue
+		}
+		break
 	}
 	if cerr := g.Close(); err == nil {
 		err = cerr
@@ -182,7 +188,8 @@ func prepare(ctx context.Context, log *slog.Logger, v *variant, spec history.Spe
 
 func cloned(s []string) []string { return append([]string(nil), s...) }
 
-func report(s settings, spec history.Spec, before, after *variant) (bool, error) {
+func report(s settings, spec history.Spec, vs []*variant) (bool, error) {
+	before, codecs, after := vs[0], vs[1], vs[2]
 	engineHours := float64(spec.Engines) * spec.Span.Hours()
 	per := func(v *variant) (perRequest, idPerRequest, perEngineHour float64) {
 		var req, ids, eng uint64
@@ -197,33 +204,36 @@ func report(s settings, spec history.Spec, before, after *variant) (bool, error)
 		return float64(req) / n, float64(ids) / n, float64(eng) / engineHours
 	}
 	bReq, bIDs, bEng := per(before)
+	cReq, cIDs, cEng := per(codecs)
 	aReq, aIDs, aEng := per(after)
 	ratio := benchkit.Round(aReq/bReq, 3)
-	bRead, aRead := benchkit.Median(ms(before.reads)), benchkit.Median(ms(after.reads))
+	bRead, cRead, aRead := benchkit.Median(ms(before.reads)), benchkit.Median(ms(codecs.reads)), benchkit.Median(ms(after.reads))
 	out := map[string]any{
 		"bench": "storage", "requests": spec.Requests, "span_h": spec.Span.Hours(), "engines": spec.Engines,
-		"before_bytes_per_request": benchkit.Round(bReq, 1), "after_bytes_per_request": benchkit.Round(aReq, 1),
-		"before_id_bytes_per_request": benchkit.Round(bIDs, 1), "after_id_bytes_per_request": benchkit.Round(aIDs, 1),
-		"before_bytes_per_engine_hour": benchkit.Round(bEng, 0), "after_bytes_per_engine_hour": benchkit.Round(aEng, 0),
-		"bytes_per_request_ratio":       ratio,
-		"bytes_per_engine_hour_ratio":   benchkit.Round(aEng/bEng, 3),
-		"after_mb_per_million_requests": benchkit.Round(aReq, 1), // bytes per request × 1e6 ÷ 1e6
-		"before_read_ms":                bRead, "after_read_ms": aRead, "read_ratio": benchkit.Round(aRead/bRead, 3),
-		"before_tables": before.tables, "after_tables": after.tables,
+		"before_bytes_per_request": benchkit.Round(bReq, 1), "codecs_bytes_per_request": benchkit.Round(cReq, 1), "after_bytes_per_request": benchkit.Round(aReq, 1),
+		"before_id_bytes_per_request": benchkit.Round(bIDs, 1), "codecs_id_bytes_per_request": benchkit.Round(cIDs, 1), "after_id_bytes_per_request": benchkit.Round(aIDs, 1),
+		"before_bytes_per_engine_hour": benchkit.Round(bEng, 0), "codecs_bytes_per_engine_hour": benchkit.Round(cEng, 0), "after_bytes_per_engine_hour": benchkit.Round(aEng, 0),
+		"bytes_per_request_ratio":           ratio,
+		"bytes_per_request_ratio_to_codecs": benchkit.Round(aReq/cReq, 3),
+		"bytes_per_engine_hour_ratio":       benchkit.Round(aEng/bEng, 3),
+		"after_mb_per_million_requests":     benchkit.Round(aReq, 1), // bytes per request × 1e6 ÷ 1e6
+		"before_read_ms":                    bRead, "codecs_read_ms": cRead, "after_read_ms": aRead,
+		"read_ratio": benchkit.Round(aRead/bRead, 3), "read_ratio_to_codecs": benchkit.Round(aRead/cRead, 3),
+		"before_tables": before.tables, "codecs_tables": codecs.tables, "after_tables": after.tables,
 		"load_avg_1m":                    benchkit.LoadAvg(),
 		"target_bytes_per_request_ratio": s.target,
 	}
 	met := ratio <= s.target
 	if !met {
-		out["notes"] = fmt.Sprintf("random ids take %.0f of the %.0f bytes per request after the codecs (%.0f%%): at their information content, no codec lowers them, so half of %.0f bytes cannot hold without storing fewer ids",
+		out["notes"] = fmt.Sprintf("random ids take %.0f of the %.0f bytes per request at the latest migration (%.0f%%): at their information content, no codec lowers them, so half of %.0f bytes cannot hold without storing fewer ids",
 			aIDs, aReq, 100*aIDs/aReq, bReq)
 	}
 	out["targets_met"] = met
-	fmt.Printf("bytes/request before %.1f after %.1f (×%.3f) | ids %.1f → %.1f | bytes/engine-hour before %.0f after %.0f (×%.3f) | read before %.1f ms after %.1f ms | load %.1f\n",
-		bReq, aReq, ratio, bIDs, aIDs, bEng, aEng, aEng/bEng, bRead, aRead, benchkit.LoadAvg())
+	fmt.Printf("bytes/request before 000013 %.1f, with it %.1f, latest %.1f (×%.3f) | ids %.1f → %.1f → %.1f | bytes/engine-hour %.0f → %.0f → %.0f | read %.1f / %.1f / %.1f ms | load %.1f\n",
+		bReq, cReq, aReq, ratio, bIDs, cIDs, aIDs, bEng, cEng, aEng, bRead, cRead, aRead, benchkit.LoadAvg())
 	for _, t := range append(cloned(requestTables), engineTables...) {
-		b, a := before.tables[t], after.tables[t]
-		fmt.Printf("  %-17s %9d rows  %10d → %10d bytes (×%.3f)\n", t, a.Rows, b.BytesOnDisk, a.BytesOnDisk, float64(a.BytesOnDisk)/float64(b.BytesOnDisk))
+		b, c, a := before.tables[t], codecs.tables[t], after.tables[t]
+		fmt.Printf("  %-17s %9d rows  %10d → %10d → %10d bytes (×%.3f)\n", t, a.Rows, b.BytesOnDisk, c.BytesOnDisk, a.BytesOnDisk, float64(a.BytesOnDisk)/float64(b.BytesOnDisk))
 	}
 	return met, benchkit.PrintResult(out)
 }

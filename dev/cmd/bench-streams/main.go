@@ -17,11 +17,16 @@
 //
 // Method. For every level (-levels, default 1000, 5000, 10000 streams) and -rounds rounds, the
 // three paths — direct to the trickle server, through the bare proxy, through the gateway — each
-// open that many streams at -ramp streams per second, the paths' order rotating from round to
-// round so outside load falls on all alike. Once every stream has its first byte the child's idle
-// and loaded /stats give memory and goroutines per open stream; then, in a steady window of
-// -window with every stream open, the clients note each chunk's delay (client read time − the
-// trickle server's write time) and the child's CPU; then the streams end and close. Figures:
+// open that many streams at once, in lockstep at -ramp streams per second (stream i of every path
+// opened together, in an order rotating per stream and round). Once every stream has its first
+// byte, each child's idle and loaded /stats give memory and goroutines per open stream; then, in
+// one steady window of -window with every stream of every path open, the clients note each
+// chunk's delay (client read time − the trickle server's write time, per chunk) and each child's
+// CPU; then the streams end and close. Measuring the paths in the same window, rather than one
+// after another, is what makes the tails comparable on a shared machine: a stall of the machine
+// delays the chunks of every path in flight at that moment alike, where sequential rounds put
+// each stall on whichever path happened to run (the p99s then flipped from round to round).
+// Figures:
 //
 //   - memory per stream: Δ(live heap + goroutine stacks) ÷ streams, measured after a forced GC
 //     (what the streams hold, not what the collector has yet to free); RSS per stream beside it;
@@ -93,6 +98,7 @@ func command() *service.Command {
 	serve := c.Flags.String("serve", "", "internal: run as a child (trickle, bare or gateway)")
 	upstream := c.Flags.String("upstream", "", "internal: the child's upstream URL")
 	spool := c.Flags.String("spool", "", "internal: the gateway child's spool directory")
+	source := c.Flags.String("source", "", "internal: the clients child's loopback source address")
 	var s settings
 	levels := c.Flags.String("levels", "1000,5000,10000", "concurrent streams per level, comma-separated")
 	c.Flags.IntVar(&s.rounds, "rounds", 3, "interleaved rounds per level (figures are medians over rounds)")
@@ -107,6 +113,12 @@ func command() *service.Command {
 	c.Flags.IntVar(&s.probes, "probes", 50, "streams opened one at a time during the steady window, for the time to first byte")
 	c.Flags.StringVar(&s.profileDir, "profile-dir", "", "write the gateway's CPU, heap and goroutine profiles of the largest level's first round here")
 	c.Run = func(_ context.Context, _ *slog.Logger, _ []string) error {
+		if *serve == "clients" {
+			if err := clients(*upstream, net.ParseIP(*source)); err != nil {
+				return service.Exit(2, fmt.Errorf("clients: %w", err))
+			}
+			return nil
+		}
 		if *serve != "" {
 			if err := child(*serve, *upstream, *spool, s.interval); err != nil {
 				return service.Exit(2, fmt.Errorf("child: %w", err))
@@ -471,126 +483,312 @@ type pathRound struct {
 	cpuPerChk float64 // µs
 }
 
-// runRound opens n streams on one path and measures them; child is nil for the direct path.
-func runRound(s settings, engine *proxyChild, base string, child *proxyChild, n, round int, profile string) (*pathRound, error) {
-	var idle procStats
-	var err error
-	if child != nil {
-		if idle, err = child.stats(true); err != nil {
-			return nil, fmt.Errorf("%s stats: %w", child.name, err)
-		}
-	}
-	// A fresh client per round, from a loopback source address of its own: the previous round's
-	// closed connections (TIME_WAIT) never take this round's ports.
-	src := net.IPv4(127, 0, byte(1+round/250), byte(2+round%250))
-	tr0 := &http.Transport{
+// path is one way to an engine: direct (child nil), through the bare proxy or the gateway. Each
+// path has a trickle engine of its own, so that no process holds more than two sockets per
+// stream of one path (the open-file limit).
+type path struct {
+	name   string
+	url    string
+	child  *proxyChild
+	engine *proxyChild
+}
+
+// clientCmd is one command the parent sends a clients child, a JSON line on its stdin: "open" n
+// streams at ramp per second from T0 (Unix ns) on, then "window" (open probes one at a time
+// between From and To), then "collect" (wait for every stream's end and report the chunks
+// written between From and To).
+type clientCmd struct {
+	Op     string  `json:"op"`
+	N      int     `json:"n,omitempty"`
+	Ramp   float64 `json:"ramp,omitempty"`
+	T0     int64   `json:"t0,omitempty"`
+	From   int64   `json:"from,omitempty"`
+	To     int64   `json:"to,omitempty"`
+	Probes int     `json:"probes,omitempty"`
+}
+
+// clientReport is a clients child's answer to "collect".
+type clientReport struct {
+	TTFBNanos  []int64  `json:"ttfb_ns"`  // the probes'
+	DelayNanos []int64  `json:"delay_ns"` // chunks written in the window
+	Failed     int      `json:"failed"`
+	Errors     []string `json:"errors,omitempty"` // the first few
+}
+
+// clients runs the streams of one path in a process of its own (-serve clients), one round, as
+// its parent commands on stdin; it answers each command with a line on stdout. src is the
+// loopback address its connections come from, so that a round never meets the previous round's
+// closed connections (TIME_WAIT).
+func clients(base string, src net.IP) error {
+	tr := &http.Transport{
 		DialContext:         (&net.Dialer{LocalAddr: &net.TCPAddr{IP: src}, Timeout: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: -1, DisableKeepAlives: true, DisableCompression: true,
 	}
-	defer tr0.CloseIdleConnections()
-	client := &http.Client{Transport: tr0}
-
-	results := make([]streamResult, n)
-	var opened sync.WaitGroup
-	var finished sync.WaitGroup
-	opened.Add(n)
-	finished.Add(n)
-	every := time.Duration(float64(time.Second) / s.ramp)
-	start := time.Now()
-	for i := range n {
-		if d := time.Until(start.Add(time.Duration(i) * every)); d > 0 {
-			time.Sleep(d)
+	client := &http.Client{Transport: tr}
+	in := json.NewDecoder(os.Stdin)
+	out := json.NewEncoder(os.Stdout)
+	var results, probes []streamResult
+	var finished, probing sync.WaitGroup
+	for {
+		var c clientCmd
+		if err := in.Decode(&c); err != nil {
+			return fmt.Errorf("read command: %w", err)
 		}
-		go func() {
-			defer finished.Done()
-			results[i] = openStream(client, base, opened.Done)
-		}()
-	}
-	waitOrTimeout(&opened, 2*time.Minute)
-	time.Sleep(time.Second) // let the last opened streams get a chunk through
-	pr := &pathRound{}
-	var loaded procStats
-	if child != nil {
-		if loaded, err = child.stats(true); err != nil {
-			return nil, fmt.Errorf("%s stats: %w", child.name, err)
-		}
-		pr.memPerStr = float64(loaded.HeapLive+loaded.Stacks-idle.HeapLive-idle.Stacks) / float64(n)
-		pr.rssPerStr = float64(loaded.RSS-idle.RSS) / float64(n)
-		pr.gorPerStr = float64(loaded.Goroutines-idle.Goroutines) / float64(n)
-	}
-	// The steady window starts after the forced GC above settled.
-	time.Sleep(s.interval)
-	var stopProfile func()
-	if child != nil && profile != "" {
-		stopProfile = fetchProfiles(child, profile, s.window)
-	}
-	winStart := time.Now()
-	cpu0 := int64(0)
-	if child != nil {
-		cpu0 = int64(benchkit.ProcCPU(child.cmd.Process.Pid))
-	}
-	// Probe streams, opened one at a time through the window while the n others stay open,
-	// measure the time to first byte of a new stream on a proxy holding n: the ramp above opens
-	// streams faster than a loaded machine can set them up, so its own times to first byte
-	// measure the queue, not the proxy.
-	probes := make([]streamResult, s.probes)
-	finished.Add(s.probes)
-	go func() {
-		for i := range s.probes {
-			time.Sleep(s.window / time.Duration(s.probes+1))
+		switch c.Op {
+		case "open":
+			results = make([]streamResult, c.N)
 			var opened sync.WaitGroup
-			opened.Add(1)
+			opened.Add(c.N)
+			finished.Add(c.N)
+			every := time.Duration(float64(time.Second) / c.Ramp)
+			t0 := time.Unix(0, c.T0)
+			for i := range c.N {
+				if d := time.Until(t0.Add(time.Duration(i) * every)); d > 0 {
+					time.Sleep(d)
+				}
+				go func() {
+					defer finished.Done()
+					results[i] = openStream(client, base, opened.Done)
+				}()
+			}
+			waitOrTimeout(&opened, 2*time.Minute)
+		case "window":
+			// Probe streams, opened one at a time through the window while the others stay
+			// open, measure the time to first byte of a new stream on a proxy holding them all:
+			// the ramp opens streams faster than a loaded machine can set them up, so its own
+			// times to first byte measure the queue, not the proxy.
+			probes = make([]streamResult, c.Probes)
+			finished.Add(c.Probes)
+			probing.Add(1)
 			go func() {
-				defer finished.Done()
-				probes[i] = openStream(client, base, opened.Done)
+				defer probing.Done()
+				from := time.Unix(0, c.From)
+				step := time.Duration(c.To-c.From) / time.Duration(c.Probes+1)
+				for i := range c.Probes {
+					time.Sleep(time.Until(from.Add(time.Duration(i+1) * step)))
+					var opened sync.WaitGroup
+					opened.Add(1)
+					go func() {
+						defer finished.Done()
+						probes[i] = openStream(client, base, opened.Done)
+					}()
+					opened.Wait()
+				}
 			}()
-			opened.Wait()
+			// A probe still waiting for its first byte when the streams are released would
+			// wait for the next round's release instead: the parent waits for this answer.
+			time.Sleep(time.Until(time.Unix(0, c.To)))
+			waitOrTimeout(&probing, 2*time.Minute)
+		case "collect":
+			waitOrTimeout(&finished, 2*time.Minute)
+			var rep clientReport
+			for _, r := range probes {
+				if r.err == nil {
+					rep.TTFBNanos = append(rep.TTFBNanos, int64(r.ttfb))
+				}
+			}
+			for _, r := range append(results, probes...) {
+				if r.err != nil {
+					rep.Failed++
+					if len(rep.Errors) < 3 {
+						rep.Errors = append(rep.Errors, r.err.Error())
+					}
+				}
+			}
+			for _, r := range results {
+				if r.err != nil {
+					continue
+				}
+				for k, ts := range r.sendTS {
+					if ts >= c.From && ts < c.To {
+						rep.DelayNanos = append(rep.DelayNanos, r.delayNS[k])
+					}
+				}
+			}
+			return out.Encode(rep)
+		default:
+			return fmt.Errorf("unknown command %q", c.Op)
 		}
-	}()
-	time.Sleep(time.Until(winStart.Add(s.window)))
-	winEnd := time.Now()
-	cpu1 := int64(0)
-	if child != nil {
-		cpu1 = int64(benchkit.ProcCPU(child.cmd.Process.Pid))
+		if err := out.Encode(map[string]string{"done": c.Op}); err != nil {
+			return err
+		}
 	}
-	if stopProfile != nil {
-		stopProfile()
-	}
-	if err := engine.release(); err != nil {
+}
+
+// clientsChild is a running clients child.
+type clientsChild struct {
+	cmd *exec.Cmd
+	in  *json.Encoder
+	out *json.Decoder
+}
+
+func startClients(base string, src net.IP) (*clientsChild, error) {
+	cmd := exec.Command(os.Args[0], "-serve", "clients", "-upstream", base, "-source", src.String())
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
 		return nil, err
 	}
-	waitOrTimeout(&finished, 2*time.Minute)
-	lo, hi := winStart.UnixNano(), winEnd.UnixNano()
-	for _, r := range probes {
-		if r.err == nil {
-			pr.ttfb = append(pr.ttfb, r.ttfb)
-		}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
 	}
-	for _, r := range append(results, probes...) {
-		if r.err != nil {
-			pr.failed++
-			if pr.failed <= 3 {
-				fmt.Fprintf(os.Stderr, "stream via %s failed: %v\n", base, r.err)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &clientsChild{cmd: cmd, in: json.NewEncoder(stdin), out: json.NewDecoder(stdout)}, nil
+}
+
+// do sends c and reads the answer into v.
+func (c *clientsChild) do(cmd clientCmd, v any) error {
+	if err := c.in.Encode(cmd); err != nil {
+		return fmt.Errorf("clients %s: %w", cmd.Op, err)
+	}
+	if err := c.out.Decode(v); err != nil {
+		return fmt.Errorf("clients %s: %w", cmd.Op, err)
+	}
+	return nil
+}
+
+func (c *clientsChild) wait() { _ = c.cmd.Wait() }
+
+// doAll runs f for every state at once and returns the first error.
+func doAll(states []*pathState, f func(*pathState) error) error {
+	errs := make([]error, len(states))
+	var wg sync.WaitGroup
+	for i, st := range states {
+		wg.Go(func() { errs[i] = f(st) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// pathState is one path's clients and counters during a round.
+type pathState struct {
+	path
+	clients *clientsChild
+	idle    procStats
+	cpu0    int64
+	pr      *pathRound
+	profile string
+}
+
+// runRound opens n streams on every path at once, in lockstep (stream i of each path opened at
+// the same moment by the path's clients process), and measures them in one steady window: every
+// path's chunks are delayed by the same moments of outside load, so a proxy's added delay (its
+// chunk delays minus the direct path's, both from the same window) reflects the proxy, not when
+// it ran. profile, when set, is where the gateway's profiles go.
+func runRound(s settings, paths []path, n, round int, profile string) (map[string]*pathRound, error) {
+	states := make([]*pathState, len(paths))
+	for k, p := range paths {
+		st := &pathState{path: p, pr: &pathRound{}}
+		if p.name == "gateway" {
+			st.profile = profile
+		}
+		if p.child != nil {
+			var err error
+			if st.idle, err = p.child.stats(true); err != nil {
+				return nil, fmt.Errorf("%s stats: %w", p.name, err)
 			}
 		}
+		c, err := startClients(p.url, net.IPv4(127, byte(1+k), byte(1+round/250), byte(2+round%250)))
+		if err != nil {
+			return nil, fmt.Errorf("%s clients: %w", p.name, err)
+		}
+		defer c.wait()
+		st.clients = c
+		states[k] = st
 	}
-	for _, r := range results {
-		if r.err != nil {
+	// The paths' clients start together, a little after every one of them is running.
+	t0 := time.Now().Add(200 * time.Millisecond).UnixNano()
+	if err := doAll(states, func(st *pathState) error {
+		var a map[string]string
+		return st.clients.do(clientCmd{Op: "open", N: n, Ramp: s.ramp, T0: t0}, &a)
+	}); err != nil {
+		return nil, err
+	}
+	time.Sleep(time.Second) // let the last opened streams get a chunk through
+	for _, st := range states {
+		if st.child == nil {
 			continue
 		}
-		for k, ts := range r.sendTS {
-			if ts >= lo && ts < hi {
-				pr.delays = append(pr.delays, time.Duration(r.delayNS[k]))
-				pr.chunks++
-			}
+		loaded, err := st.child.stats(true)
+		if err != nil {
+			return nil, fmt.Errorf("%s stats: %w", st.name, err)
+		}
+		st.pr.memPerStr = float64(loaded.HeapLive+loaded.Stacks-st.idle.HeapLive-st.idle.Stacks) / float64(n)
+		st.pr.rssPerStr = float64(loaded.RSS-st.idle.RSS) / float64(n)
+		st.pr.gorPerStr = float64(loaded.Goroutines-st.idle.Goroutines) / float64(n)
+	}
+	// The steady window starts after the forced GCs above settled.
+	time.Sleep(s.interval)
+	var stopProfiles []func()
+	for _, st := range states {
+		if st.child != nil && st.profile != "" {
+			stopProfiles = append(stopProfiles, fetchProfiles(st.child, st.profile, s.window))
 		}
 	}
-	if child != nil && pr.chunks > 0 {
-		pr.cpuPerChk = float64(cpu1-cpu0) / 1e3 / float64(pr.chunks)
+	winStart := time.Now()
+	winEnd := winStart.Add(s.window)
+	for _, st := range states {
+		if st.child != nil {
+			st.cpu0 = int64(benchkit.ProcCPU(st.child.cmd.Process.Pid))
+		}
 	}
-	slices.Sort(pr.ttfb)
-	slices.Sort(pr.delays)
-	return pr, nil
+	cpu1 := map[string]int64{}
+	var mu sync.Mutex
+	if err := doAll(states, func(st *pathState) error {
+		// Answered once the window is over and the probes have their first byte.
+		if st.child != nil {
+			time.Sleep(time.Until(winEnd))
+			mu.Lock()
+			cpu1[st.name] = int64(benchkit.ProcCPU(st.child.cmd.Process.Pid))
+			mu.Unlock()
+		}
+		var a map[string]string
+		return st.clients.do(clientCmd{Op: "window", From: winStart.UnixNano(), To: winEnd.UnixNano(), Probes: s.probes}, &a)
+	}); err != nil {
+		return nil, err
+	}
+	for _, stop := range stopProfiles {
+		stop()
+	}
+	for _, st := range states {
+		if err := st.engine.release(); err != nil {
+			return nil, err
+		}
+	}
+	out := map[string]*pathRound{}
+	if err := doAll(states, func(st *pathState) error {
+		var rep clientReport
+		if err := st.clients.do(clientCmd{Op: "collect", From: winStart.UnixNano(), To: winEnd.UnixNano()}, &rep); err != nil {
+			return err
+		}
+		pr := st.pr
+		for _, d := range rep.TTFBNanos {
+			pr.ttfb = append(pr.ttfb, time.Duration(d))
+		}
+		for _, d := range rep.DelayNanos {
+			pr.delays = append(pr.delays, time.Duration(d))
+		}
+		pr.chunks, pr.failed = int64(len(rep.DelayNanos)), rep.Failed
+		for _, e := range rep.Errors {
+			fmt.Fprintf(os.Stderr, "stream via %s failed: %s\n", st.name, e)
+		}
+		if st.child != nil && pr.chunks > 0 {
+			pr.cpuPerChk = float64(cpu1[st.name]-st.cpu0) / 1e3 / float64(pr.chunks)
+		}
+		slices.Sort(pr.ttfb)
+		slices.Sort(pr.delays)
+		mu.Lock()
+		out[st.name] = pr
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // fetchProfiles takes the child's CPU profile over the window and, at the window's end, its heap
@@ -677,13 +875,13 @@ type levelResult struct {
 func run(s settings) (bool, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	maxN := slices.Max(s.levels)
-	// Every stream is a client socket and an engine socket here, and two sockets in a proxy.
-	limit, err := benchkit.RaiseOpenFiles(uint64(2*maxN + 1024))
+	// The three paths run at once, each with a clients process and an engine of its own: a proxy
+	// holds two sockets per stream, the others one.
+	limit, err := benchkit.RaiseOpenFiles(uint64(2*(maxN+s.probes) + 1024))
 	if err != nil {
 		return false, err
 	}
-	// A proxy holds two sockets per stream (client and engine) besides a few of its own: a level
-	// beyond what the open-file limit allows is held at the most that fits, and says so.
+	// A level beyond what the open-file limit allows is held at the most that fits, and says so.
 	fit := (int(limit)-fdReserve)/2 - s.probes
 	var notes []string
 	for i, n := range s.levels {
@@ -698,13 +896,16 @@ func run(s settings) (bool, error) {
 	maxN = slices.Max(s.levels)
 	ctx := context.Background()
 
-	// The engine, in a process of its own: every stream is a socket there.
-	engine, err := startChild("trickle", "", "", 100*time.Millisecond)
-	if err != nil {
-		return false, err
+	// The engines, one per path, each in a process of its own: every stream is a socket there.
+	var engines []*proxyChild
+	for range 3 {
+		e, err := startChild("trickle", "", "", 100*time.Millisecond)
+		if err != nil {
+			return false, err
+		}
+		defer e.stop()
+		engines = append(engines, e)
 	}
-	defer engine.stop()
-	engineURL := engine.url
 
 	// NATS for the gateway: a subject prefix and streams of this run's own.
 	streams, err := benchkit.OpenStreams(ctx, "bench-streams", fmt.Sprintf("bench_streams_%d", time.Now().UnixNano()), 1<<30)
@@ -719,29 +920,22 @@ func run(s settings) (bool, error) {
 	os.Setenv("SERVESCOPE_SUBJECT_PREFIX", streams.NATS.SubjectPrefix)
 	os.Setenv("SERVESCOPE_STREAM_MAX_BYTES", strconv.FormatInt(streams.NATS.StreamMaxBytes, 10))
 
-	bare, err := startChild("bare", engineURL, "", 0)
+	bare, err := startChild("bare", engines[1].url, "", 0)
 	if err != nil {
 		return false, err
 	}
 	defer bare.stop()
-	gw, err := startChild("gateway", engineURL, spool, 0)
+	gw, err := startChild("gateway", engines[2].url, spool, 0)
 	if err != nil {
 		return false, err
 	}
 	defer gw.stop()
 	log.Info("proxies", "bare", bare.url, "bare_control", bare.ctl, "gateway", gw.url, "gateway_control", gw.ctl)
 
-	type path struct {
-		name  string
-		url   string
-		child *proxyChild
-	}
-	paths := []path{{"direct", engineURL, nil}, {"bare", bare.url, bare}, {"gateway", gw.url, gw}}
+	paths := []path{{"direct", engines[0].url, nil, engines[0]}, {"bare", bare.url, bare, engines[1]}, {"gateway", gw.url, gw, engines[2]}}
 	// Warm up every path (connections, code, the gateway's NATS).
-	for _, p := range paths {
-		if _, err := runRound(settings{ramp: s.ramp, interval: 100 * time.Millisecond, window: 300 * time.Millisecond, probes: 3}, engine, p.url, p.child, 50, 0, ""); err != nil {
-			return false, err
-		}
+	if _, err := runRound(settings{ramp: s.ramp, interval: 100 * time.Millisecond, window: 300 * time.Millisecond, probes: 3}, paths, 50, 0, ""); err != nil {
+		return false, err
 	}
 	results := []*levelResult{}
 	roundNo := 1
@@ -755,28 +949,30 @@ func run(s settings) (bool, error) {
 			ls.interval = max(100*time.Millisecond, time.Duration(float64(n)/s.chunkRate*float64(time.Second)))
 		}
 		ls.window = max(s.window, 3*ls.interval)
-		if err := engine.setInterval(ls.interval); err != nil {
-			return false, err
+		for _, e := range engines {
+			if err := e.setInterval(ls.interval); err != nil {
+				return false, err
+			}
 		}
 		rs := map[string][]*pathRound{}
 		lr := &levelResult{Streams: n, IntervalMs: ls.interval.Milliseconds(), WindowSeconds: ls.window.Seconds()}
 		var levelLoads []float64
 		for round := range s.rounds {
-			for k := range paths {
-				p := paths[(k+round)%len(paths)]
-				profile := ""
-				if p.name == "gateway" && n == maxN && round == 0 && s.profileDir != "" {
-					if err := os.MkdirAll(s.profileDir, 0o755); err != nil {
-						return false, err
-					}
-					profile = fmt.Sprintf("%s/gateway-%d", s.profileDir, n)
-				}
-				levelLoads = append(levelLoads, benchkit.LoadAvg())
-				pr, err := runRound(ls, engine, p.url, p.child, n, roundNo, profile)
-				roundNo++
-				if err != nil {
+			profile := ""
+			if n == maxN && round == 0 && s.profileDir != "" {
+				if err := os.MkdirAll(s.profileDir, 0o755); err != nil {
 					return false, err
 				}
+				profile = fmt.Sprintf("%s/gateway-%d", s.profileDir, n)
+			}
+			levelLoads = append(levelLoads, benchkit.LoadAvg())
+			prs, err := runRound(ls, paths, n, roundNo, profile)
+			roundNo++
+			if err != nil {
+				return false, err
+			}
+			for _, p := range paths {
+				pr := prs[p.name]
 				rs[p.name] = append(rs[p.name], pr)
 				lr.Failed += map[bool]int{true: pr.failed}[p.name != "direct"]
 				log.Info("round", "streams", n, "round", round, "path", p.name, "failed", pr.failed,

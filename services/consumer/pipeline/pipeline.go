@@ -402,6 +402,28 @@ func (p *Pipeline) batchLoop(in <-chan []item, out chan<- *batch) {
 		}
 		queue = append(queue, b)
 	}
+	// due fires when the oldest open batch is FlushInterval old, so that a batch is sealed on
+	// time: sealing on the tick instead added up to a tick (250 ms) to every row's wait.
+	due := time.NewTimer(time.Hour)
+	due.Stop()
+	var dueAt time.Time
+	arm := func() {
+		var oldest time.Time
+		for _, b := range open {
+			if oldest.IsZero() || b.started.Before(oldest) {
+				oldest = b.started
+			}
+		}
+		switch at := oldest.Add(p.set.FlushInterval); {
+		case oldest.IsZero():
+			due.Stop()
+			dueAt = time.Time{}
+		case !at.Equal(dueAt):
+			dueAt = at
+			due.Reset(time.Until(at))
+		}
+	}
+	// tick paces the InProgress signals for what is held.
 	tick := time.NewTicker(p.set.tick())
 	defer tick.Stop()
 	for in != nil || len(queue) > 0 {
@@ -419,6 +441,7 @@ func (p *Pipeline) batchLoop(in <-chan []item, out chan<- *batch) {
 						seal(b)
 					}
 				}
+				arm()
 				continue
 			}
 			now := time.Now()
@@ -449,14 +472,18 @@ func (p *Pipeline) batchLoop(in <-chan []item, out chan<- *batch) {
 				}
 				seal(largest)
 			}
+			arm()
 		case send <- next:
 			queue = queue[1:]
-		case now := <-tick.C:
+		case now := <-due.C:
+			dueAt = time.Time{}
 			for _, b := range open {
 				if now.Sub(b.started) >= p.set.FlushInterval {
 					seal(b)
 				}
 			}
+			arm()
+		case now := <-tick.C:
 			for _, b := range open {
 				p.keepAlive(b, now)
 			}
