@@ -3,7 +3,8 @@
 // process read from /proc, the machine's load average to print beside every figure, a private
 // ClickHouse server for benches that must not load the shared dev server, a bench's own NATS
 // streams and ClickHouse databases (set up with the setup step's code, removed afterwards), its
-// comma-separated flag lists, its final JSON line and its exit status.
+// comma-separated flag lists, its final JSON line and its exit status; and, for Go benchmarks,
+// what an iteration costs the process besides allocations (Counters).
 package benchkit
 
 import (

@@ -76,3 +76,47 @@ func TestFreePortsAreDistinct(t *testing.T) {
 		t.Errorf("FreePorts(3) = %v", ports)
 	}
 }
+
+// reported collects what ReportPerOp reports.
+type reported map[string]float64
+
+func (r reported) ReportMetric(n float64, unit string) { r[unit] = n }
+
+func TestCountersSeeThisProcessWriteAndStartGoroutines(t *testing.T) {
+	before, err := ReadCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(t.TempDir() + "/w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for range 10 {
+		if _, err := f.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan struct{})
+	for range 4 {
+		go func() { done <- struct{}{} }()
+	}
+	for range 4 {
+		<-done
+	}
+	after, err := ReadCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := reported{}
+	after.ReportPerOp(r, before, 2)
+	if r["writes/op"] < 5 {
+		t.Errorf("writes/op = %v after 10 writes in 2 ops, want at least 5", r["writes/op"])
+	}
+	if r["goroutines/op"] < 2 {
+		t.Errorf("goroutines/op = %v after 4 goroutines in 2 ops, want at least 2", r["goroutines/op"])
+	}
+	if r["cpu-ns/op"] <= 0 || r["reads/op"] < 0 {
+		t.Errorf("cpu-ns/op = %v, reads/op = %v", r["cpu-ns/op"], r["reads/op"])
+	}
+}
