@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/servescope/servescope/dev/proc"
 	"github.com/servescope/servescope/dev/servers"
 )
 
@@ -111,17 +112,15 @@ func RSSBytes(pid int) int64 {
 	return 0
 }
 
-// ReadPID reads a pid file; 0 when it cannot or the process is gone.
+// ReadPID is the pid of the process a pid file written by dev/proc names (as scripts/dev-services
+// writes them: the pid, then the executable and command line), or 0 when the file is missing or
+// unreadable or its process is gone or no longer the one recorded (proc.Inspect).
 func ReadPID(path string) int {
-	b, err := os.ReadFile(path)
-	if err != nil {
+	found, err := proc.Inspect(path, nil)
+	if err != nil || found.State != proc.Running {
 		return 0
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || ProcCPU(pid) < 0 {
-		return 0
-	}
-	return pid
+	return found.Pid
 }
 
 // LoadAvg is the machine's 1-minute load average from /proc/loadavg (-1 when unreadable): the

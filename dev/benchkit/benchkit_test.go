@@ -4,6 +4,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/servescope/servescope/dev/proc"
 )
 
 func TestPctIsNearestRankBelowAndLeavesItsInputAlone(t *testing.T) {
@@ -61,6 +63,14 @@ func TestProcReadsOfThisProcess(t *testing.T) {
 	}
 	if ReadPID(dir+"/self.pid") != 0 {
 		t.Error("ReadPID of an empty file should be 0")
+	}
+	// The format scripts/dev-services writes (the pid, the executable, the command line): the
+	// bench reads nats-server's CPU time through it.
+	if err := proc.WritePidFile(dir+"/self.pid", pid); err != nil {
+		t.Fatal(err)
+	}
+	if got := ReadPID(dir + "/self.pid"); got != pid {
+		t.Errorf("ReadPID of this process's pid file = %d, want %d", got, pid)
 	}
 	if LoadAvg() < 0 {
 		t.Error("LoadAvg unreadable on Linux")
