@@ -112,15 +112,23 @@ func RSSBytes(pid int) int64 {
 	return 0
 }
 
-// ReadPID is the pid of the process a pid file written by dev/proc names (as scripts/dev-services
-// writes them: the pid, then the executable and command line), or 0 when the file is missing or
-// unreadable or its process is gone or no longer the one recorded (proc.Inspect).
+// ReadPID is the pid of the live process a pid file names, or 0 when the file is missing or
+// unreadable or its process is gone. A file written by dev/proc (as scripts/dev-services writes
+// them: the pid, then the executable and command line) must name the process it recorded
+// (proc.Inspect); a file holding only a pid (written by hand) names whatever process now has it.
 func ReadPID(path string) int {
-	found, err := proc.Inspect(path, nil)
-	if err != nil || found.State != proc.Running {
+	if found, err := proc.Inspect(path, nil); err == nil && found.State == proc.Running {
+		return found.Pid
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
 		return 0
 	}
-	return found.Pid
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 || ProcCPU(pid) < 0 {
+		return 0
+	}
+	return pid
 }
 
 // LoadAvg is the machine's 1-minute load average from /proc/loadavg (-1 when unreadable): the

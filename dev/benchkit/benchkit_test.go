@@ -2,6 +2,7 @@ package benchkit
 
 import (
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -71,6 +72,12 @@ func TestProcReadsOfThisProcess(t *testing.T) {
 	}
 	if got := ReadPID(dir + "/self.pid"); got != pid {
 		t.Errorf("ReadPID of this process's pid file = %d, want %d", got, pid)
+	}
+	if err := os.WriteFile(dir+"/bare.pid", []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := ReadPID(dir + "/bare.pid"); got != pid {
+		t.Errorf("ReadPID of a file holding only this process's pid = %d, want %d", got, pid)
 	}
 	if LoadAvg() < 0 {
 		t.Error("LoadAvg unreadable on Linux")
