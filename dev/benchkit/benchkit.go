@@ -3,7 +3,8 @@
 // process read from /proc, the machine's load average to print beside every figure, a private
 // ClickHouse server for benches that must not load the shared dev server, a bench's own NATS
 // streams and ClickHouse databases (set up with the setup step's code, removed afterwards), its
-// comma-separated flag lists, its final JSON line and its exit status.
+// comma-separated flag lists, its final JSON line and its exit status; and, for Go benchmarks,
+// what an iteration costs the process besides allocations (Counters).
 package benchkit
 
 import (
@@ -20,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/servescope/servescope/dev/proc"
 	"github.com/servescope/servescope/dev/servers"
 )
 
@@ -110,14 +112,20 @@ func RSSBytes(pid int) int64 {
 	return 0
 }
 
-// ReadPID reads a pid file; 0 when it cannot or the process is gone.
+// ReadPID is the pid of the live process a pid file names, or 0 when the file is missing or
+// unreadable or its process is gone. A file written by dev/proc (as scripts/dev-services writes
+// them: the pid, then the executable and command line) must name the process it recorded
+// (proc.Inspect); a file holding only a pid (written by hand) names whatever process now has it.
 func ReadPID(path string) int {
+	if found, err := proc.Inspect(path, nil); err == nil && found.State == proc.Running {
+		return found.Pid
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || ProcCPU(pid) < 0 {
+	if err != nil || pid <= 0 || ProcCPU(pid) < 0 {
 		return 0
 	}
 	return pid

@@ -2,8 +2,11 @@ package benchkit
 
 import (
 	"os"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/servescope/servescope/dev/proc"
 )
 
 func TestPctIsNearestRankBelowAndLeavesItsInputAlone(t *testing.T) {
@@ -62,6 +65,20 @@ func TestProcReadsOfThisProcess(t *testing.T) {
 	if ReadPID(dir+"/self.pid") != 0 {
 		t.Error("ReadPID of an empty file should be 0")
 	}
+	// The format scripts/dev-services writes (the pid, the executable, the command line): the
+	// bench reads nats-server's CPU time through it.
+	if err := proc.WritePidFile(dir+"/self.pid", pid); err != nil {
+		t.Fatal(err)
+	}
+	if got := ReadPID(dir + "/self.pid"); got != pid {
+		t.Errorf("ReadPID of this process's pid file = %d, want %d", got, pid)
+	}
+	if err := os.WriteFile(dir+"/bare.pid", []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := ReadPID(dir + "/bare.pid"); got != pid {
+		t.Errorf("ReadPID of a file holding only this process's pid = %d, want %d", got, pid)
+	}
 	if LoadAvg() < 0 {
 		t.Error("LoadAvg unreadable on Linux")
 	}
@@ -74,5 +91,49 @@ func TestFreePortsAreDistinct(t *testing.T) {
 	}
 	if ports[0] == ports[1] || ports[1] == ports[2] || ports[0] == ports[2] || ports[0] == 0 {
 		t.Errorf("FreePorts(3) = %v", ports)
+	}
+}
+
+// reported collects what ReportPerOp reports.
+type reported map[string]float64
+
+func (r reported) ReportMetric(n float64, unit string) { r[unit] = n }
+
+func TestCountersSeeThisProcessWriteAndStartGoroutines(t *testing.T) {
+	before, err := ReadCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(t.TempDir() + "/w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for range 10 {
+		if _, err := f.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan struct{})
+	for range 4 {
+		go func() { done <- struct{}{} }()
+	}
+	for range 4 {
+		<-done
+	}
+	after, err := ReadCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := reported{}
+	after.ReportPerOp(r, before, 2)
+	if r["writes/op"] < 5 {
+		t.Errorf("writes/op = %v after 10 writes in 2 ops, want at least 5", r["writes/op"])
+	}
+	if r["goroutines/op"] < 2 {
+		t.Errorf("goroutines/op = %v after 4 goroutines in 2 ops, want at least 2", r["goroutines/op"])
+	}
+	if r["cpu-ns/op"] <= 0 || r["reads/op"] < 0 {
+		t.Errorf("cpu-ns/op = %v, reads/op = %v", r["cpu-ns/op"], r["reads/op"])
 	}
 }

@@ -1,7 +1,8 @@
 // Package enginetest is a small deterministic OpenAI-compatible engine that speaks vLLM's wire
 // format (chunks, usage chunk, per-request metrics, both error shapes), for the gateway's tests
 // and benchmark. Given the same request and X-Request-Id it answers the same bytes, so a test can
-// compare what a client receives with and without the gateway.
+// compare what a client receives with and without the gateway. Fixed is its counterpart for
+// benchmarks: the same answer to every request, precomputed.
 //
 // Behaviour is chosen by markers in the last message (or prompt):
 //

@@ -53,13 +53,13 @@ import (
 	"net/url"
 	"os"
 	"runtime/pprof"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/servescope/servescope/dev/benchkit"
+	"github.com/servescope/servescope/dev/enginetest"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/internal/service"
 	"github.com/servescope/servescope/services/gateway/server"
@@ -144,7 +144,7 @@ type modeResult struct {
 
 func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 
-	eng := newFixedEngine(s.chunks)
+	eng := enginetest.NewFixed(s.chunks)
 	engineURL, stopEngine, err := serve(eng)
 	if err != nil {
 		return false, err
@@ -479,58 +479,6 @@ func do(client *http.Client, base string, body []byte) error {
 		return fmt.Errorf("status %d", resp.StatusCode)
 	}
 	return nil
-}
-
-// fixedEngine answers every chat completion at once with precomputed vLLM-shaped bytes.
-type fixedEngine struct {
-	plain, stream, streamUsage []byte
-}
-
-func newFixedEngine(chunks int) *fixedEngine {
-	const head = `{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1764460000,"model":"m","choices":[`
-	var sb, text strings.Builder
-	sb.WriteString("data: " + head + `{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}` + "\n\n")
-	for i := range chunks {
-		fin := "null"
-		if i == chunks-1 {
-			fin = `"length"`
-		}
-		fmt.Fprintf(&sb, "data: %s{\"index\":0,\"delta\":{\"content\":\" word%d\"},\"logprobs\":null,\"finish_reason\":%s}]}\n\n", head, i, fin)
-		fmt.Fprintf(&text, " word%d", i)
-	}
-	usage := fmt.Sprintf(`{"prompt_tokens":9,"total_tokens":%d,"completion_tokens":%d}`, 9+chunks, chunks)
-	stream := sb.String()
-	withUsage := stream + "data: " + head + `],"usage":` + usage + "}\n\n"
-	plain := fmt.Sprintf(`{"id":"chatcmpl-bench","object":"chat.completion","created":1764460000,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%q,"tool_calls":[]},"logprobs":null,"finish_reason":"length","stop_reason":null}],"usage":%s}`, text.String(), usage)
-	return &fixedEngine{plain: []byte(plain), stream: []byte(stream + "data: [DONE]\n\n"), streamUsage: []byte(withUsage + "data: [DONE]\n\n")}
-}
-
-func (e *fixedEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	if !bytes.Contains(body, []byte(`"stream":true`)) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(e.plain)
-		return
-	}
-	out := e.stream
-	if bytes.Contains(body, []byte(`"include_usage":true`)) {
-		out = e.streamUsage
-	}
-	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
-	fl := w.(http.Flusher)
-	// One write and flush per SSE event, as vLLM does.
-	for len(out) > 0 {
-		i := bytes.Index(out, []byte("\n\n"))
-		if _, err := w.Write(out[:i+2]); err != nil {
-			return
-		}
-		fl.Flush()
-		out = out[i+2:]
-	}
 }
 
 // serve runs h on a loopback port.

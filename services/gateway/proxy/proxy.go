@@ -304,7 +304,9 @@ func (x *exchange) readBody() bool {
 		x.failWith(http.StatusRequestEntityTooLarge, schema.LayerGateway, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", limit))
 		return false
 	}
-	if x.h.opt.AskUsage && (x.ep == record.Chat || x.ep == record.Completions) {
+	// AskUsage asks only when stream is true, which ParseRequest has read already: a
+	// non-streaming body skips its validation pass (FuzzParseRequest holds the two to agreeing).
+	if x.h.opt.AskUsage && x.req.Stream && (x.ep == record.Chat || x.ep == record.Completions) {
 		x.body, x.askedUsage = record.AskUsage(x.body)
 	}
 	return true

@@ -38,3 +38,22 @@ func BenchmarkParseRequest(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkObserverBody measures reading a vLLM non-streaming chat completion, written to the
+// observer in one piece as the proxy forwards it.
+func BenchmarkObserverBody(b *testing.B) {
+	body := golden(b, "chat.json")
+	script, _ := NewScriptCheck(nil)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	stop := benchcpu.Start(b)
+	for b.Loop() {
+		o := NewObserver(ObserverOptions{Endpoint: Chat, Script: script})
+		o.Body(body)
+		o.BodyEnd()
+		if o.CompletionTokens == nil {
+			b.Fatal("usage not read")
+		}
+	}
+	stop()
+}

@@ -93,8 +93,8 @@ func FuzzBodyMembers(f *testing.F) {
 	})
 }
 
-// FuzzParseRequest reads arbitrary request bodies, and asks for usage only in ways that keep
-// every other field as it was.
+// FuzzParseRequest reads arbitrary request bodies, and asks for usage only for a body
+// ParseRequest reads as a stream and only in ways that keep every other field as it was.
 func FuzzParseRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":5,"metadata":{"app":"a"}}`))
 	f.Add([]byte(`{"prompt":["a"],"max_completion_tokens":1e99}`))
@@ -109,6 +109,10 @@ func FuzzParseRequest(f *testing.F) {
 			}
 		}
 		b, ok := AskUsage(body)
+		// The proxy calls AskUsage only for a request ParseRequest read as a stream.
+		if ok && !ParseRequest(Chat, body, http.Header{}, false).Stream {
+			t.Fatalf("AskUsage asked for usage in a body ParseRequest reads as no stream: %s", body)
+		}
 		if !ok {
 			if !bytes.Equal(b, body) {
 				t.Fatal("body changed without asking")
