@@ -208,8 +208,11 @@ func (s Spec) Generate(ctx context.Context, conn driver.Conn, opt Options) (Coun
 	if opt.From.IsZero() {
 		lo = 0
 	}
-	for from := lo; from < s.Requests; from += opt.ChunkRequests {
-		n := min(opt.ChunkRequests, s.Requests-from)
+	for from := lo; from < s.Requests; {
+		n := min(opt.ChunkRequests, s.index(s.nextDay(s.at(from)))-from, s.Requests-from)
+		if n == 0 {
+			n = min(opt.ChunkRequests, s.Requests-from)
+		}
 		p := clone(params)
 		p["from"], p["count"] = fmt.Sprint(from), fmt.Sprint(n)
 		// The chunk's draws once, in memory; every request table reads them from there.
@@ -227,6 +230,7 @@ func (s Spec) Generate(ctx context.Context, conn driver.Conn, opt Options) (Coun
 			}
 			note(t.table, rows)
 		}
+		from += n
 	}
 	if err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+baseTable); err != nil {
 		return counts, err
@@ -239,31 +243,55 @@ func (s Spec) Generate(ctx context.Context, conn driver.Conn, opt Options) (Coun
 		query    string
 	}{{"engine_samples", s.SampleInterval, sampleQuery(tmpl)}, {"engine_logs", s.StatsLogInterval, logQuery}} {
 		steps := uint64(s.Span / t.interval)
+		step := func(at time.Time) uint64 { // the first step at or after at
+			return min(steps, uint64((at.Sub(s.Start())+t.interval-1)/t.interval))
+		}
 		first := uint64(0)
 		if !opt.From.IsZero() && opt.From.After(s.Start()) {
-			first = min(steps, uint64(opt.From.Sub(s.Start())/t.interval))
+			first = step(opt.From)
 		}
-		// A sample is a few hundred map entries, hundreds of times a request's work: chunks of
-		// requests' size would outlast the driver's read timeout.
-		perChunk := max(1, min(opt.ChunkRequests, maxChunkSamples)/uint64(s.Engines))
-		for k := first; k < steps; k += perChunk {
-			n := min(perChunk, steps-k)
+		perChunk := max(1, maxChunkSamples/uint64(s.Engines))
+		for k := first; k < steps; {
+			at := s.Start().Add(time.Duration(k) * t.interval)
+			n := min(perChunk, steps-k, max(1, step(s.nextDay(at))-k))
 			p := clone(params)
 			p["interval_us"] = fmt.Sprint(t.interval.Microseconds())
-			p["from"], p["count"] = fmt.Sprint(k*uint64(s.Engines)), fmt.Sprint(n*uint64(s.Engines))
+			p["from"], p["count"] = fmt.Sprint(k), fmt.Sprint(n)
 			rows, err := insert(ctx, conn, p, t.table, t.query)
 			if err != nil {
 				return counts, fmt.Errorf("generate %s for steps %d..%d: %w", t.table, k, k+n, err)
 			}
 			note(t.table, rows)
+			k += n
 		}
 	}
 	return counts, nil
 }
 
-// maxChunkSamples bounds the samples and log lines of one INSERT (about 30 s of a loaded 2-core
-// machine for samples).
-const maxChunkSamples = 50_000
+// nextDay is the UTC midnight after t: INSERTs stop there, so each writes one day's partition
+// and a day's parts can merge while the next day is generated.
+func (s Spec) nextDay(t time.Time) time.Time {
+	return t.UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
+}
+
+// at is about when request i arrives (the inverse of index, to a few requests).
+func (s Spec) at(i uint64) time.Time {
+	lo, hi := s.Start(), s.End
+	for hi.Sub(lo) > time.Millisecond {
+		mid := lo.Add(hi.Sub(lo) / 2)
+		if s.index(mid) <= i {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// maxChunkSamples bounds the samples and log lines of one INSERT: a sample is about 4 KiB
+// before compression (its histograms' buckets), so 100,000 of them are a few hundred MB of
+// blocks to write, and the INSERT a minute or two of a loaded 2-core machine.
+const maxChunkSamples = 100_000
 
 func clone(m map[string]string) map[string]string {
 	out := make(map[string]string, len(m))
@@ -278,12 +306,30 @@ func insert(ctx context.Context, conn driver.Conn, params map[string]string, tab
 	var written uint64
 	qctx := clickhouse.Context(ctx, clickhouse.WithParameters(params),
 		clickhouse.WithProgress(func(p *clickhouse.Progress) { written += p.WroteRows }),
-		// Large INSERT … SELECT chunks span a day boundary or two; the history itself, many.
-		clickhouse.WithSettings(clickhouse.Settings{"max_partitions_per_insert_block": 1000}))
+		clickhouse.WithSettings(insertSettings))
 	if err := conn.Exec(qctx, query); err != nil {
 		return 0, err
 	}
 	return written, nil
+}
+
+// insertSettings are the generator's INSERT … SELECT settings, measured on a loaded 2-core machine
+// (system.query_log, 1 M requests and 100 k samples):
+//   - optimize_on_insert = 0: the ReplacingMergeTree tables otherwise run a replacing merge over
+//     every inserted block (MergeTreeDataWriterMergingBlocksMicroseconds was the largest share of
+//     the INSERTs' time); the rows are unique by construction, and background merges replace as
+//     ever;
+//   - max_insert_threads: the generating SELECT and the part writing (sort, compression) run on
+//     every core instead of one;
+//   - min_insert_block_size_rows/bytes: fewer, larger parts per INSERT, so merges keep up;
+//   - max_partitions_per_insert_block: a chunk that does cross a day (a history that starts
+//     mid-day with Options.From) still goes in.
+var insertSettings = clickhouse.Settings{
+	"optimize_on_insert":              0,
+	"max_insert_threads":              2,
+	"min_insert_block_size_rows":      4_000_000,
+	"min_insert_block_size_bytes":     512 << 20,
+	"max_partitions_per_insert_block": 1000,
 }
 
 func (s Spec) params() map[string]string {
@@ -553,17 +599,22 @@ SELECT %s, ts, concat('vllm-', toString(e)), 'Qwen/Qwen2.5-7B-Instruct-AWQ', tru
     map(%s), map(%s), map(%s), map(%s), map(%s),
     %s
 FROM (
-    SELECT number AS i, i %% {engines:UInt32} AS e, intDiv(i, {engines:UInt32}) AS k,
+    SELECT %s,
            {start_s:Float64} + (k * {interval_us:UInt64} + e * intDiv({interval_us:UInt64}, {engines:UInt32})) / 1e6
                + (cityHash64({seed:UInt64}, i, 3) %% 20000) / 1e6 AS t,
            toDateTime64(t, 6, 'UTC') AS ts,
            %s AS cum,
            greatest(0, round({mean_rate:Float64} / {engines:UInt32} * (1 + {amp:Float64} * cos(%v * t - %v)) * 2.1 * (1 + 0.2 * %s))) AS running
-    FROM numbers({from:UInt64}, {count:UInt64}))`,
+    FROM numbers({count:UInt64} * {engines:UInt32}))`,
 		ksuid("ts", 10), logNormal(0.004, 0.3, 4), norm(5),
 		strings.Join(gauges, ", "), strings.Join(counters, ", "), strings.Join(sums, ", "), strings.Join(counts, ", "), strings.Join(buckets, ", "),
-		ingestedAt("ts", 0.71), cum, omega, phase, norm(6))
+		ingestedAt("ts", 0.71), stepRows, cum, omega, phase, norm(6))
 }
+
+// stepRows numbers the engine rows of steps {from} to {from}+{count}: row i is engine e's step k,
+// i = k×Engines + e as ever (so the draws do not depend on the chunks), enumerated engine by
+// engine, which is the tables' ORDER BY (engine, ts): the INSERT's sort finds its block sorted.
+const stepRows = "intDiv(number, {count:UInt64}) AS e, {from:UInt64} + number % {count:UInt64} AS k, k * {engines:UInt32} + e AS i"
 
 // logQuery writes vLLM's periodic stats line (vllm/v1/metrics/loggers.py, LoggingStatLogger) as
 // the collector parses it.
@@ -576,7 +627,7 @@ SELECT %s, ts, concat('vllm-', toString(e)), concat('/var/log/vllm/vllm-', toStr
     'INFO', 'APIServer pid=1', 'loggers.py:236', '0', message, prompt_tps, gen_tps, running, 0, kv, hit_rate,
     %s
 FROM (
-    SELECT number AS i, i %% {engines:UInt32} AS e, intDiv(i, {engines:UInt32}) AS k,
+    SELECT %s,
            toDateTime64({start_s:Float64} + (k * {interval_us:UInt64} + e * intDiv({interval_us:UInt64}, {engines:UInt32})) / 1e6, 6, 'UTC') AS ts,
            {mean_rate:Float64} / {engines:UInt32} * (1 + {amp:Float64} * cos(%v * toUnixTimestamp64Micro(ts) / 1e6 - %v)) AS r,
            round(r * 680 * (1 + 0.1 * %s), 1) AS prompt_tps,
@@ -587,5 +638,5 @@ FROM (
            concat('Engine 000: Avg prompt throughput: ', toString(prompt_tps), ' tokens/s, Avg generation throughput: ',
                   toString(gen_tps), ' tokens/s, Running: ', toString(running), ' reqs, Waiting: 0 reqs, GPU KV cache usage: ',
                   toString(round(kv * 100, 1)), '%%, Prefix cache hit rate: ', toString(round(hit_rate * 100, 1)), '%%') AS message
-    FROM numbers({from:UInt64}, {count:UInt64}))`,
-	ksuid("ts", 10), ingestedAt("ts", 0.89), omega, phase, norm(1), norm(2), norm(3), norm(4))
+    FROM numbers({count:UInt64} * {engines:UInt32}))`,
+	ksuid("ts", 10), ingestedAt("ts", 0.89), stepRows, omega, phase, norm(1), norm(2), norm(3), norm(4))

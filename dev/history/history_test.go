@@ -133,6 +133,28 @@ func TestGenerateFromAWindowHoldsTheWholeHistorysRowsThere(t *testing.T) {
 	}
 }
 
+// Chunks only bound the INSERTs: any chunk size, and the engine-major order the samples are
+// numbered in, give the same rows.
+func TestGenerateGivesTheSameRowsForAnyChunkSize(t *testing.T) {
+	s := spec()
+	small, _ := generate(t, s, history.Options{ChunkRequests: 700})
+	large, _ := generate(t, s, history.Options{ChunkRequests: 1_000_000})
+	for _, q := range []string{
+		"SELECT groupBitXor(cityHash64(request_id, event_id, ttft_s, e2e_s, status_code)) FROM requests",
+		"SELECT groupBitXor(cityHash64(event_id, request_id, span_id, queue_s)) FROM engine_spans",
+		"SELECT groupBitXor(cityHash64(event_id, engine, ts, histogram_count, num_requests_running)) FROM engine_samples",
+		"SELECT groupBitXor(cityHash64(event_id, engine, offset, line)) FROM engine_logs",
+	} {
+		if a, b := query[uint64](t, small, q), query[uint64](t, large, q); a != b || a == 0 {
+			t.Errorf("%s: chunks of 700 requests %d, of 1,000,000 %d", q, a, b)
+		}
+	}
+	// Each engine's step is one sample of its own time.
+	if dup := query[int64](t, small, "SELECT toInt64(count()) - toInt64(uniqExact(engine, ts)) FROM engine_samples"); dup != 0 {
+		t.Errorf("%d engine samples share an engine and a time with another", dup)
+	}
+}
+
 func TestValidateRejectsImpossibleSpecs(t *testing.T) {
 	for name, mutate := range map[string]func(*history.Spec){
 		"no requests":       func(s *history.Spec) { s.Requests = 0 },
