@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -137,6 +138,13 @@ type Options struct {
 	// at or after it (a few just before it, so every request in the window is there), samples and
 	// log lines at or after it. They are exactly the rows the whole Spec has there.
 	From time.Time
+	// To, when set, generates only the rows before it: requests arriving before it (with their
+	// records, spans and app records, whenever those end), samples and log lines before it.
+	// With From it generates a window of the history; windows that meet hold every row once.
+	To time.Time
+	// Tables, when set, are the only tables generated (of Tables): a history's samples can be
+	// generated beside its requests, in another connection.
+	Tables []string
 	// ChunkRequests is the number of requests per INSERT (default 2,000,000): more is faster and
 	// takes more server memory.
 	ChunkRequests uint64
@@ -188,6 +196,11 @@ func (s Spec) Generate(ctx context.Context, conn driver.Conn, opt Options) (Coun
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
+	for _, t := range opt.Tables {
+		if !slices.Contains(Tables, t) {
+			return nil, fmt.Errorf("history: no table %q, want some of %s", t, strings.Join(Tables, ", "))
+		}
+	}
 	tmpl, err := SampleTemplate()
 	if err != nil {
 		return nil, err
@@ -208,10 +221,20 @@ func (s Spec) Generate(ctx context.Context, conn driver.Conn, opt Options) (Coun
 	if opt.From.IsZero() {
 		lo = 0
 	}
-	for from := lo; from < s.Requests; {
-		n := min(opt.ChunkRequests, s.index(s.nextDay(s.at(from)))-from, s.Requests-from)
+	hi := s.Requests
+	if !opt.To.IsZero() {
+		// The requests of the minute before To belong to the window from To on (see lo).
+		hi = s.index(opt.To.Add(-time.Minute))
+	}
+	wanted := func(t string) bool { return len(opt.Tables) == 0 || slices.Contains(opt.Tables, t) }
+	reqTables := slices.DeleteFunc(slices.Clone(requestTables), func(t tableQuery) bool { return !wanted(t.table) })
+	if len(reqTables) == 0 {
+		hi = lo
+	}
+	for from := lo; from < hi; {
+		n := min(opt.ChunkRequests, s.index(s.nextDay(s.at(from)))-from, hi-from)
 		if n == 0 {
-			n = min(opt.ChunkRequests, s.Requests-from)
+			n = min(opt.ChunkRequests, hi-from)
 		}
 		p := clone(params)
 		p["from"], p["count"] = fmt.Sprint(from), fmt.Sprint(n)
@@ -223,7 +246,7 @@ func (s Spec) Generate(ctx context.Context, conn driver.Conn, opt Options) (Coun
 			"CREATE TABLE "+baseTable+" ENGINE = Memory AS "+requestBaseQuery); err != nil {
 			return counts, fmt.Errorf("generate requests %d..%d: %w", from, from+n, err)
 		}
-		for _, t := range requestTables {
+		for _, t := range reqTables {
 			rows, err := insert(ctx, conn, p, t.table, t.query)
 			if err != nil {
 				return counts, fmt.Errorf("generate %s for requests %d..%d: %w", t.table, from, from+n, err)
@@ -242,13 +265,22 @@ func (s Spec) Generate(ctx context.Context, conn driver.Conn, opt Options) (Coun
 		interval time.Duration
 		query    string
 	}{{"engine_samples", s.SampleInterval, sampleQuery(tmpl)}, {"engine_logs", s.StatsLogInterval, logQuery}} {
+		if !wanted(t.table) {
+			continue
+		}
 		steps := uint64(s.Span / t.interval)
 		step := func(at time.Time) uint64 { // the first step at or after at
+			if !at.After(s.Start()) {
+				return 0
+			}
 			return min(steps, uint64((at.Sub(s.Start())+t.interval-1)/t.interval))
 		}
 		first := uint64(0)
-		if !opt.From.IsZero() && opt.From.After(s.Start()) {
+		if !opt.From.IsZero() {
 			first = step(opt.From)
+		}
+		if !opt.To.IsZero() {
+			steps = step(opt.To)
 		}
 		perChunk := max(1, maxChunkSamples/uint64(s.Engines))
 		for k := first; k < steps; {
