@@ -40,7 +40,6 @@ import (
 	"os/signal"
 	"regexp"
 	"sort"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -99,9 +98,10 @@ type stmt struct {
 	sql    string
 	conn   driver.Conn
 	times  []time.Duration
-	read   []uint64 // rows_read per run
-	rows   int      // result rows of the last run
-	tables []string // the tables it reads (EXPLAIN ESTIMATE)
+	read   []uint64        // rows_read per run
+	cpu    []time.Duration // the server's CPU time per run
+	rows   int             // result rows of the last run
+	tables []string        // the tables it reads (EXPLAIN ESTIMATE)
 }
 
 type panelRun struct {
@@ -207,6 +207,7 @@ func run(log *slog.Logger, s settings) (bool, error) {
 		for i, x := range pr.stmts {
 			ms := benchkit.Median(msOf(x.times))
 			shortMs := benchkit.Median(msOf(pr.short[i].times))
+			cpuMs, shortCPUMs := benchkit.Median(msOf(x.cpu)), benchkit.Median(msOf(pr.short[i].cpu))
 			// 5 ms: below it a statement's time is the round trip and a loaded machine's scheduling.
 			flat := benchkit.Ratio(ms, shortMs, 5)
 			read := medianRows(x.read)
@@ -219,10 +220,11 @@ func run(log *slog.Logger, s settings) (bool, error) {
 			}
 			ok = ok && qok
 			queries = append(queries, map[string]any{"query": x.kind, "ms": ms, "short_ms": shortMs, "long_short_ratio": flat,
+				"cpu_ms": cpuMs, "short_cpu_ms": shortCPUMs,
 				"rows_read": read, "short_rows_read": medianRows(pr.short[i].read), "read_share": share,
 				"tables": x.tables, "result_rows": x.rows, "met": qok})
-			fmt.Printf("  %-14s %-8s long %8.1f ms  short %8.1f ms  ×%-5.2f read %5.2f%% %s\n", pr.panel.Name, x.kind, ms, shortMs, flat,
-				share*100, map[bool]string{true: "", false: "MISSED"}[qok])
+			fmt.Printf("  %-14s %-8s long %8.1f ms (cpu %7.1f)  short %8.1f ms (cpu %7.1f)  ×%-5.2f read %5.2f%% %s\n", pr.panel.Name, x.kind,
+				ms, cpuMs, shortMs, shortCPUMs, flat, share*100, map[bool]string{true: "", false: "MISSED"}[qok])
 		}
 		// 1 ms: below it a bare count's time is the round trip and a loaded machine's scheduling.
 		ratio := benchkit.Ratio(seriesMs, countMs, 1)
@@ -246,10 +248,9 @@ func run(log *slog.Logger, s settings) (bool, error) {
 // timeOne runs x once with params on its database, drains its rows and records its time and the rows ClickHouse
 // read; scalar, when set, receives the first column of a one-row answer (the bare count).
 func timeOne(ctx context.Context, x *stmt, params map[string]string, scalar *uint64) error {
-	var read atomic.Uint64
-	qctx := clickhouse.Context(chstore.WithParams(ctx, params),
-		clickhouse.WithSettings(clickhouse.Settings{"use_query_cache": 0}),
-		clickhouse.WithProgress(func(p *clickhouse.Progress) { read.Add(p.Rows) }))
+	var cost benchkit.Cost
+	qctx := benchkit.WithCost(clickhouse.Context(chstore.WithParams(ctx, params),
+		clickhouse.WithSettings(clickhouse.Settings{"use_query_cache": 0})), &cost)
 	t0 := time.Now()
 	rows, err := x.conn.Query(qctx, x.sql)
 	if err != nil {
@@ -271,7 +272,8 @@ func timeOne(ctx context.Context, x *stmt, params map[string]string, scalar *uin
 		return err
 	}
 	x.times = append(x.times, time.Since(t0))
-	x.read = append(x.read, read.Load())
+	x.read = append(x.read, cost.RowsRead())
+	x.cpu = append(x.cpu, cost.CPU())
 	x.rows = n
 	return nil
 }
