@@ -1,7 +1,9 @@
 // Package history generates a long history of servescope data — the gateway's requests_started
 // and requests rows, applications' app_records, the engine's engine_spans, and the collector's
 // engine_samples and engine_logs — inside ClickHouse, with INSERT … SELECT FROM numbers(), so a
-// month of a busy service (100 M requests) takes minutes instead of days of publishing events.
+// month of a busy service takes server CPU time instead of days of publishing events: about
+// 22 µs per request (its four rows) and 90 µs per engine sample, so 100 M requests with samples
+// every second from four engines are about 50 CPU-minutes, and ~40 GB on disk.
 //
 // The traffic is shaped like dev/synth's normal day: arrivals follow a daily cycle (mean rate
 // Requests ÷ Span, peaking at 14:00 UTC and lowest at 02:00 UTC, swinging by ±Amplitude), TTFT
