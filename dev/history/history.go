@@ -233,6 +233,8 @@ func (s Spec) Generate(ctx context.Context, conn driver.Conn, opt Options) (Coun
 	if len(reqTables) == 0 {
 		hi = lo
 	}
+	base := fmt.Sprintf("%s_%d", baseTable, time.Now().UnixNano())
+	defer func() { _ = conn.Exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+base) }()
 	for from := lo; from < hi; {
 		n := min(opt.ChunkRequests, s.index(s.nextDay(s.at(from)))-from, hi-from)
 		if n == 0 {
@@ -241,15 +243,15 @@ func (s Spec) Generate(ctx context.Context, conn driver.Conn, opt Options) (Coun
 		p := clone(params)
 		p["from"], p["count"] = fmt.Sprint(from), fmt.Sprint(n)
 		// The chunk's draws once, in memory; every request table reads them from there.
-		if err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+baseTable); err != nil {
+		if err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+base); err != nil {
 			return counts, fmt.Errorf("generate requests %d..%d: %w", from, from+n, err)
 		}
 		if err := conn.Exec(clickhouse.Context(ctx, clickhouse.WithParameters(p)),
-			"CREATE TABLE "+baseTable+" ENGINE = Memory AS "+requestBaseQuery); err != nil {
+			"CREATE TABLE "+base+" ENGINE = Memory AS "+requestBaseQuery); err != nil {
 			return counts, fmt.Errorf("generate requests %d..%d: %w", from, from+n, err)
 		}
 		for _, t := range reqTables {
-			rows, err := insert(ctx, conn, p, t.table, t.query)
+			rows, err := insert(ctx, conn, p, t.table, strings.ReplaceAll(t.query, baseTable, base))
 			if err != nil {
 				return counts, fmt.Errorf("generate %s for requests %d..%d: %w", t.table, from, from+n, err)
 			}
@@ -257,7 +259,7 @@ func (s Spec) Generate(ctx context.Context, conn driver.Conn, opt Options) (Coun
 		}
 		from += n
 	}
-	if err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+baseTable); err != nil {
+	if err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+base); err != nil {
 		return counts, err
 	}
 	// Engine samples and log lines, by their step: step k of engine e is at Start + k×interval +
@@ -474,7 +476,9 @@ func ingestedAt(ts string, phaseS float64) string {
 		ts, int64(phaseS*1e6), int64(phaseS*1e6))
 }
 
-// baseTable holds one chunk's request draws while the request tables are filled from it.
+// baseTable holds one chunk's request draws while the request tables are filled from it; each
+// Generate names its own (baseTable + a suffix), so generations running side by side in one
+// database, e.g. of its samples beside its requests, do not drop each other's.
 const baseTable = "_history_requests"
 
 var requestTables = func() []tableQuery {
