@@ -10,7 +10,8 @@
 // -log-interval): "long" holds the history (or its newest -generate), "short" its newest -short;
 // their newest rows are identical. The histories can also be generated ahead with
 // dev/cmd/history and given by name (-long-database, -short-database, -end, -addr). The
-// console's view is its -range preset ending at the history's end or now, whichever is first,
+// console's view is its -range preset ending at the history's end or now, whichever is first
+// (or at -at),
 // with the console's step (server.StepFor) and no filter. For every panel of
 // deploy/console/panels the bench runs the very statements the console sends
 // (server.Statements: series, baseline, marks) with the panel's query parameters on both
@@ -59,6 +60,7 @@ import (
 type settings struct {
 	history         benchkit.HistoryFlags
 	window          time.Duration
+	at              string
 	rounds          int
 	targetMs        float64
 	targetRatio     float64
@@ -74,6 +76,7 @@ func command() *service.Command {
 	var s settings
 	s.history.Register(c.Flags, time.Second)
 	c.Flags.DurationVar(&s.window, "range", time.Hour, "the console's range, ending at the history's end")
+	c.Flags.StringVar(&s.at, "at", "", "the end of the console's range, RFC 3339 (default: the history's end or now, whichever is first), e.g. the daily peak")
 	c.Flags.IntVar(&s.rounds, "rounds", 5, "timed runs of each statement (median)")
 	c.Flags.Float64Var(&s.targetMs, "target-ms", 1000, "max median time per panel statement on the long history, milliseconds")
 	c.Flags.Float64Var(&s.targetRatio, "target-ratio", 1.5, "max long ÷ short time per panel statement")
@@ -142,6 +145,11 @@ func run(log *slog.Logger, s settings) (bool, error) {
 	end := h.Spec.End
 	if now := time.Now().UTC().Truncate(time.Minute); now.Before(end) {
 		end = now
+	}
+	if s.at != "" {
+		if end, err = time.Parse(time.RFC3339, s.at); err != nil {
+			return false, fmt.Errorf("-at: %w", err)
+		}
 	}
 	step := server.StepFor(s.window)
 	req := panels.Request{From: end.Add(-s.window).Truncate(step), To: end, Step: step, Filters: map[string]string{}}
