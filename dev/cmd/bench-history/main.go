@@ -51,6 +51,7 @@ type settings struct {
 	readme      string
 	rulesDir    string
 	addr        string
+	timeout     time.Duration
 }
 
 func main() { command().Main() }
@@ -65,6 +66,7 @@ func command() *service.Command {
 	c.Flags.StringVar(&s.readme, "readme", "README.md", "the README whose ```sql blocks are timed")
 	c.Flags.StringVar(&s.rulesDir, "rules-dir", "", "detector rules merged over the built-in ones (DETECTOR_RULES_DIR)")
 	c.Flags.StringVar(&s.addr, "addr", "", "use this ClickHouse (native host:port) instead of a private server")
+	c.Flags.DurationVar(&s.timeout, "query-timeout", 2*time.Minute, "a query still running after this is cancelled and counted as this long and missed")
 	c.Run = func(_ context.Context, log *slog.Logger, _ []string) error {
 		return benchkit.Verdict(run(log, s))
 	}
@@ -143,6 +145,7 @@ type db struct {
 	name       string
 	conn       driver.Conn
 	times, cpu map[string][]time.Duration // per query: wall time and the server's CPU time per run
+	timeouts   map[string]int             // per query: runs cancelled at -query-timeout
 }
 
 func run(log *slog.Logger, s settings) (bool, error) {
@@ -174,7 +177,7 @@ func run(log *slog.Logger, s settings) (bool, error) {
 	}
 	dbs := []*db{{name: "short", conn: h.Short.Conn}, {name: "long", conn: h.Long.Conn}}
 	for _, d := range dbs {
-		d.times, d.cpu = map[string][]time.Duration{}, map[string][]time.Duration{}
+		d.times, d.cpu, d.timeouts = map[string][]time.Duration{}, map[string][]time.Duration{}, map[string]int{}
 	}
 	qctx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"use_query_cache": 0}))
 	for r := 0; r < s.rounds; r++ {
@@ -183,7 +186,16 @@ func run(log *slog.Logger, s settings) (bool, error) {
 				d := dbs[(i+r)%len(dbs)]
 				var cost benchkit.Cost
 				t0 := time.Now()
-				if err := q.run(benchkit.WithCost(qctx, &cost), d.conn, at); err != nil && !errors.Is(err, diagnose.ErrNoData) {
+				rctx, cancel := context.WithTimeout(benchkit.WithCost(qctx, &cost), s.timeout)
+				err := q.run(rctx, d.conn, at)
+				timedOut := rctx.Err() == context.DeadlineExceeded
+				cancel()
+				switch {
+				case timedOut:
+					// A query this slow misses its target whatever its end: its time is at least this.
+					log.Warn("query cancelled at -query-timeout", "query", q.name, "database", d.name, "timeout", s.timeout)
+					d.timeouts[q.name]++
+				case err != nil && !errors.Is(err, diagnose.ErrNoData):
 					return false, fmt.Errorf("%s on %s: %w", q.name, d.name, err)
 				}
 				d.times[q.name] = append(d.times[q.name], time.Since(t0))
@@ -202,10 +214,11 @@ func run(log *slog.Logger, s settings) (bool, error) {
 		shortCPU, longCPU := benchkit.Median(msOf(dbs[0].cpu[q.name])), benchkit.Median(msOf(dbs[1].cpu[q.name]))
 		// 5 ms: below it a query's time is the round trip and a loaded machine's scheduling.
 		ratio := benchkit.Ratio(long, short, 5)
-		ok := ratio <= s.targetRatio && long <= s.targetMs
+		timeouts := dbs[0].timeouts[q.name] + dbs[1].timeouts[q.name]
+		ok := ratio <= s.targetRatio && long <= s.targetMs && timeouts == 0
 		met = met && ok
 		results = append(results, map[string]any{"query": q.name, "short_ms": short, "long_ms": long, "ratio": ratio,
-			"short_cpu_ms": shortCPU, "long_cpu_ms": longCPU, "met": ok})
+			"short_cpu_ms": shortCPU, "long_cpu_ms": longCPU, "timeouts": timeouts, "met": ok})
 		fmt.Printf("  %-40s short %8.1f ms (cpu %7.1f)  long %8.1f ms (cpu %7.1f)  ×%.2f %s\n", q.name, short, shortCPU, long, longCPU, ratio,
 			map[bool]string{true: "", false: "MISSED"}[ok])
 	}
@@ -213,7 +226,7 @@ func run(log *slog.Logger, s settings) (bool, error) {
 		"bench": "history", "requests": h.Spec.Requests, "span_h": h.Spec.Span.Hours(), "end": h.Spec.End, "at": at,
 		"short_from": h.ShortFrom, "long_from": h.LongFrom, "short_rows": h.ShortRows, "long_rows": h.LongRows,
 		"short_generate_s": h.ShortGenerateS, "long_generate_s": h.LongGenerateS, "rounds": s.rounds,
-		"queries": results, "target_ratio": s.targetRatio, "target_ms": s.targetMs,
+		"queries": results, "target_ratio": s.targetRatio, "target_ms": s.targetMs, "query_timeout_s": s.timeout.Seconds(),
 		"load_avg_1m": benchkit.LoadAvg(), "targets_met": met,
 	})
 }
