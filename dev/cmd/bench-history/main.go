@@ -188,7 +188,9 @@ func run(log *slog.Logger, s settings) (bool, error) {
 				t0 := time.Now()
 				rctx, cancel := context.WithTimeout(benchkit.WithCost(qctx, &cost), s.timeout)
 				err := q.run(rctx, d.conn, at)
-				timedOut := rctx.Err() == context.DeadlineExceeded
+				// The driver's read deadline is the context's: it can fail the read a hair
+				// before the context itself reports its deadline.
+				timedOut := err != nil && (rctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) || time.Since(t0) >= s.timeout)
 				cancel()
 				switch {
 				case timedOut:
