@@ -1,7 +1,9 @@
 // Package history generates a long history of servescope data — the gateway's requests_started
 // and requests rows, applications' app_records, the engine's engine_spans, and the collector's
 // engine_samples and engine_logs — inside ClickHouse, with INSERT … SELECT FROM numbers(), so a
-// month of a busy service (100 M requests) takes minutes instead of days of publishing events.
+// month of a busy service takes server CPU time instead of days of publishing events: about
+// 22 µs per request (its four rows) and 90 µs per engine sample, so 100 M requests with samples
+// every second from four engines are about 50 CPU-minutes, and ~40 GB on disk.
 //
 // The traffic is shaped like dev/synth's normal day: arrivals follow a daily cycle (mean rate
 // Requests ÷ Span, peaking at 14:00 UTC and lowest at 02:00 UTC, swinging by ±Amplitude), TTFT
@@ -34,6 +36,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -137,6 +140,13 @@ type Options struct {
 	// at or after it (a few just before it, so every request in the window is there), samples and
 	// log lines at or after it. They are exactly the rows the whole Spec has there.
 	From time.Time
+	// To, when set, generates only the rows before it: requests arriving before it (with their
+	// records, spans and app records, whenever those end), samples and log lines before it.
+	// With From it generates a window of the history; windows that meet hold every row once.
+	To time.Time
+	// Tables, when set, are the only tables generated (of Tables): a history's samples can be
+	// generated beside its requests, in another connection.
+	Tables []string
 	// ChunkRequests is the number of requests per INSERT (default 2,000,000): more is faster and
 	// takes more server memory.
 	ChunkRequests uint64
@@ -188,6 +198,11 @@ func (s Spec) Generate(ctx context.Context, conn driver.Conn, opt Options) (Coun
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
+	for _, t := range opt.Tables {
+		if !slices.Contains(Tables, t) {
+			return nil, fmt.Errorf("history: no table %q, want some of %s", t, strings.Join(Tables, ", "))
+		}
+	}
 	tmpl, err := SampleTemplate()
 	if err != nil {
 		return nil, err
@@ -208,27 +223,43 @@ func (s Spec) Generate(ctx context.Context, conn driver.Conn, opt Options) (Coun
 	if opt.From.IsZero() {
 		lo = 0
 	}
-	for from := lo; from < s.Requests; from += opt.ChunkRequests {
-		n := min(opt.ChunkRequests, s.Requests-from)
+	hi := s.Requests
+	if !opt.To.IsZero() {
+		// The requests of the minute before To belong to the window from To on (see lo).
+		hi = s.index(opt.To.Add(-time.Minute))
+	}
+	wanted := func(t string) bool { return len(opt.Tables) == 0 || slices.Contains(opt.Tables, t) }
+	reqTables := slices.DeleteFunc(slices.Clone(requestTables), func(t tableQuery) bool { return !wanted(t.table) })
+	if len(reqTables) == 0 {
+		hi = lo
+	}
+	base := fmt.Sprintf("%s_%d", baseTable, time.Now().UnixNano())
+	defer func() { _ = conn.Exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+base) }()
+	for from := lo; from < hi; {
+		n := min(opt.ChunkRequests, s.index(s.nextDay(s.at(from)))-from, hi-from)
+		if n == 0 {
+			n = min(opt.ChunkRequests, hi-from)
+		}
 		p := clone(params)
 		p["from"], p["count"] = fmt.Sprint(from), fmt.Sprint(n)
 		// The chunk's draws once, in memory; every request table reads them from there.
-		if err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+baseTable); err != nil {
+		if err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+base); err != nil {
 			return counts, fmt.Errorf("generate requests %d..%d: %w", from, from+n, err)
 		}
 		if err := conn.Exec(clickhouse.Context(ctx, clickhouse.WithParameters(p)),
-			"CREATE TABLE "+baseTable+" ENGINE = Memory AS "+requestBaseQuery); err != nil {
+			"CREATE TABLE "+base+" ENGINE = Memory AS "+requestBaseQuery); err != nil {
 			return counts, fmt.Errorf("generate requests %d..%d: %w", from, from+n, err)
 		}
-		for _, t := range requestTables {
-			rows, err := insert(ctx, conn, p, t.table, t.query)
+		for _, t := range reqTables {
+			rows, err := insert(ctx, conn, p, t.table, strings.ReplaceAll(t.query, baseTable, base))
 			if err != nil {
 				return counts, fmt.Errorf("generate %s for requests %d..%d: %w", t.table, from, from+n, err)
 			}
 			note(t.table, rows)
 		}
+		from += n
 	}
-	if err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+baseTable); err != nil {
+	if err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+base); err != nil {
 		return counts, err
 	}
 	// Engine samples and log lines, by their step: step k of engine e is at Start + k×interval +
@@ -238,32 +269,65 @@ func (s Spec) Generate(ctx context.Context, conn driver.Conn, opt Options) (Coun
 		interval time.Duration
 		query    string
 	}{{"engine_samples", s.SampleInterval, sampleQuery(tmpl)}, {"engine_logs", s.StatsLogInterval, logQuery}} {
-		steps := uint64(s.Span / t.interval)
-		first := uint64(0)
-		if !opt.From.IsZero() && opt.From.After(s.Start()) {
-			first = min(steps, uint64(opt.From.Sub(s.Start())/t.interval))
+		if !wanted(t.table) {
+			continue
 		}
-		// A sample is a few hundred map entries, hundreds of times a request's work: chunks of
-		// requests' size would outlast the driver's read timeout.
-		perChunk := max(1, min(opt.ChunkRequests, maxChunkSamples)/uint64(s.Engines))
-		for k := first; k < steps; k += perChunk {
-			n := min(perChunk, steps-k)
+		steps := uint64(s.Span / t.interval)
+		step := func(at time.Time) uint64 { // the first step at or after at
+			if !at.After(s.Start()) {
+				return 0
+			}
+			return min(steps, uint64((at.Sub(s.Start())+t.interval-1)/t.interval))
+		}
+		first := uint64(0)
+		if !opt.From.IsZero() {
+			first = step(opt.From)
+		}
+		if !opt.To.IsZero() {
+			steps = step(opt.To)
+		}
+		perChunk := max(1, maxChunkSamples/uint64(s.Engines))
+		for k := first; k < steps; {
+			at := s.Start().Add(time.Duration(k) * t.interval)
+			n := min(perChunk, steps-k, max(1, step(s.nextDay(at))-k))
 			p := clone(params)
 			p["interval_us"] = fmt.Sprint(t.interval.Microseconds())
-			p["from"], p["count"] = fmt.Sprint(k*uint64(s.Engines)), fmt.Sprint(n*uint64(s.Engines))
+			p["from"], p["count"] = fmt.Sprint(k), fmt.Sprint(n)
 			rows, err := insert(ctx, conn, p, t.table, t.query)
 			if err != nil {
 				return counts, fmt.Errorf("generate %s for steps %d..%d: %w", t.table, k, k+n, err)
 			}
 			note(t.table, rows)
+			k += n
 		}
 	}
 	return counts, nil
 }
 
-// maxChunkSamples bounds the samples and log lines of one INSERT (about 30 s of a loaded 2-core
-// machine for samples).
-const maxChunkSamples = 50_000
+// nextDay is the UTC midnight after t: INSERTs stop there, so each writes one day's partition
+// and a day's parts can merge while the next day is generated.
+func (s Spec) nextDay(t time.Time) time.Time {
+	return t.UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
+}
+
+// at is about when request i arrives (the inverse of index, to a few requests).
+func (s Spec) at(i uint64) time.Time {
+	lo, hi := s.Start(), s.End
+	for hi.Sub(lo) > time.Millisecond {
+		mid := lo.Add(hi.Sub(lo) / 2)
+		if s.index(mid) <= i {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// maxChunkSamples bounds the samples and log lines of one INSERT: a sample is about 4 KiB
+// before compression (its histograms' buckets), so 100,000 of them are a few hundred MB of
+// blocks to write, and the INSERT a minute or two of a loaded 2-core machine.
+const maxChunkSamples = 100_000
 
 func clone(m map[string]string) map[string]string {
 	out := make(map[string]string, len(m))
@@ -278,12 +342,30 @@ func insert(ctx context.Context, conn driver.Conn, params map[string]string, tab
 	var written uint64
 	qctx := clickhouse.Context(ctx, clickhouse.WithParameters(params),
 		clickhouse.WithProgress(func(p *clickhouse.Progress) { written += p.WroteRows }),
-		// Large INSERT … SELECT chunks span a day boundary or two; the history itself, many.
-		clickhouse.WithSettings(clickhouse.Settings{"max_partitions_per_insert_block": 1000}))
+		clickhouse.WithSettings(insertSettings))
 	if err := conn.Exec(qctx, query); err != nil {
 		return 0, err
 	}
 	return written, nil
+}
+
+// insertSettings are the generator's INSERT … SELECT settings, measured on a loaded 2-core machine
+// (system.query_log, 1 M requests and 100 k samples):
+//   - optimize_on_insert = 0: the ReplacingMergeTree tables otherwise run a replacing merge over
+//     every inserted block (MergeTreeDataWriterMergingBlocksMicroseconds was the largest share of
+//     the INSERTs' time); the rows are unique by construction, and background merges replace as
+//     ever;
+//   - max_insert_threads: the generating SELECT and the part writing (sort, compression) run on
+//     every core instead of one;
+//   - min_insert_block_size_rows/bytes: fewer, larger parts per INSERT, so merges keep up;
+//   - max_partitions_per_insert_block: a chunk that does cross a day (a history that starts
+//     mid-day with Options.From) still goes in.
+var insertSettings = clickhouse.Settings{
+	"optimize_on_insert":              0,
+	"max_insert_threads":              2,
+	"min_insert_block_size_rows":      4_000_000,
+	"min_insert_block_size_bytes":     512 << 20,
+	"max_partitions_per_insert_block": 1000,
 }
 
 func (s Spec) params() map[string]string {
@@ -394,7 +476,9 @@ func ingestedAt(ts string, phaseS float64) string {
 		ts, int64(phaseS*1e6), int64(phaseS*1e6))
 }
 
-// baseTable holds one chunk's request draws while the request tables are filled from it.
+// baseTable holds one chunk's request draws while the request tables are filled from it; each
+// Generate names its own (baseTable + a suffix), so generations running side by side in one
+// database, e.g. of its samples beside its requests, do not drop each other's.
 const baseTable = "_history_requests"
 
 var requestTables = func() []tableQuery {
@@ -553,17 +637,22 @@ SELECT %s, ts, concat('vllm-', toString(e)), 'Qwen/Qwen2.5-7B-Instruct-AWQ', tru
     map(%s), map(%s), map(%s), map(%s), map(%s),
     %s
 FROM (
-    SELECT number AS i, i %% {engines:UInt32} AS e, intDiv(i, {engines:UInt32}) AS k,
+    SELECT %s,
            {start_s:Float64} + (k * {interval_us:UInt64} + e * intDiv({interval_us:UInt64}, {engines:UInt32})) / 1e6
                + (cityHash64({seed:UInt64}, i, 3) %% 20000) / 1e6 AS t,
            toDateTime64(t, 6, 'UTC') AS ts,
            %s AS cum,
            greatest(0, round({mean_rate:Float64} / {engines:UInt32} * (1 + {amp:Float64} * cos(%v * t - %v)) * 2.1 * (1 + 0.2 * %s))) AS running
-    FROM numbers({from:UInt64}, {count:UInt64}))`,
+    FROM numbers({count:UInt64} * {engines:UInt32}))`,
 		ksuid("ts", 10), logNormal(0.004, 0.3, 4), norm(5),
 		strings.Join(gauges, ", "), strings.Join(counters, ", "), strings.Join(sums, ", "), strings.Join(counts, ", "), strings.Join(buckets, ", "),
-		ingestedAt("ts", 0.71), cum, omega, phase, norm(6))
+		ingestedAt("ts", 0.71), stepRows, cum, omega, phase, norm(6))
 }
+
+// stepRows numbers the engine rows of steps {from} to {from}+{count}: row i is engine e's step k,
+// i = k×Engines + e as ever (so the draws do not depend on the chunks), enumerated engine by
+// engine, which is the tables' ORDER BY (engine, ts): the INSERT's sort finds its block sorted.
+const stepRows = "intDiv(number, {count:UInt64}) AS e, {from:UInt64} + number % {count:UInt64} AS k, k * {engines:UInt32} + e AS i"
 
 // logQuery writes vLLM's periodic stats line (vllm/v1/metrics/loggers.py, LoggingStatLogger) as
 // the collector parses it.
@@ -576,7 +665,7 @@ SELECT %s, ts, concat('vllm-', toString(e)), concat('/var/log/vllm/vllm-', toStr
     'INFO', 'APIServer pid=1', 'loggers.py:236', '0', message, prompt_tps, gen_tps, running, 0, kv, hit_rate,
     %s
 FROM (
-    SELECT number AS i, i %% {engines:UInt32} AS e, intDiv(i, {engines:UInt32}) AS k,
+    SELECT %s,
            toDateTime64({start_s:Float64} + (k * {interval_us:UInt64} + e * intDiv({interval_us:UInt64}, {engines:UInt32})) / 1e6, 6, 'UTC') AS ts,
            {mean_rate:Float64} / {engines:UInt32} * (1 + {amp:Float64} * cos(%v * toUnixTimestamp64Micro(ts) / 1e6 - %v)) AS r,
            round(r * 680 * (1 + 0.1 * %s), 1) AS prompt_tps,
@@ -587,5 +676,5 @@ FROM (
            concat('Engine 000: Avg prompt throughput: ', toString(prompt_tps), ' tokens/s, Avg generation throughput: ',
                   toString(gen_tps), ' tokens/s, Running: ', toString(running), ' reqs, Waiting: 0 reqs, GPU KV cache usage: ',
                   toString(round(kv * 100, 1)), '%%, Prefix cache hit rate: ', toString(round(hit_rate * 100, 1)), '%%') AS message
-    FROM numbers({from:UInt64}, {count:UInt64}))`,
-	ksuid("ts", 10), ingestedAt("ts", 0.89), omega, phase, norm(1), norm(2), norm(3), norm(4))
+    FROM numbers({count:UInt64} * {engines:UInt32}))`,
+	ksuid("ts", 10), ingestedAt("ts", 0.89), stepRows, omega, phase, norm(1), norm(2), norm(3), norm(4))

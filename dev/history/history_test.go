@@ -133,6 +133,63 @@ func TestGenerateFromAWindowHoldsTheWholeHistorysRowsThere(t *testing.T) {
 	}
 }
 
+// Chunks only bound the INSERTs: any chunk size, and the engine-major order the samples are
+// numbered in, give the same rows.
+func TestGenerateGivesTheSameRowsForAnyChunkSize(t *testing.T) {
+	s := spec()
+	small, _ := generate(t, s, history.Options{ChunkRequests: 700})
+	large, _ := generate(t, s, history.Options{ChunkRequests: 1_000_000})
+	for _, q := range []string{
+		"SELECT groupBitXor(cityHash64(request_id, event_id, ttft_s, e2e_s, status_code)) FROM requests",
+		"SELECT groupBitXor(cityHash64(event_id, request_id, span_id, queue_s)) FROM engine_spans",
+		"SELECT groupBitXor(cityHash64(event_id, engine, ts, histogram_count, num_requests_running)) FROM engine_samples",
+		"SELECT groupBitXor(cityHash64(event_id, engine, offset, line)) FROM engine_logs",
+	} {
+		if a, b := query[uint64](t, small, q), query[uint64](t, large, q); a != b || a == 0 {
+			t.Errorf("%s: chunks of 700 requests %d, of 1,000,000 %d", q, a, b)
+		}
+	}
+	// Each engine's step is one sample of its own time.
+	if dup := query[int64](t, small, "SELECT toInt64(count()) - toInt64(uniqExact(engine, ts)) FROM engine_samples"); dup != 0 {
+		t.Errorf("%d engine samples share an engine and a time with another", dup)
+	}
+}
+
+// Two windows that meet, each generated with its tables apart, hold the whole history's rows
+// once; generations side by side in one database (requests beside samples) keep apart.
+func TestGenerateWindowsThatMeetHoldEveryRowOnce(t *testing.T) {
+	s := spec()
+	at := s.End.Add(-7 * time.Hour)
+	whole, _ := generate(t, s, history.Options{})
+	parts, _ := generate(t, s, history.Options{From: at})
+	ctx := context.Background()
+	side := make(chan error, 1)
+	go func() {
+		_, err := s.Generate(ctx, parts, history.Options{To: at, Tables: []string{"engine_samples", "engine_logs"}})
+		side <- err
+	}()
+	_, err := s.Generate(ctx, parts, history.Options{To: at, ChunkRequests: 500, Tables: []string{"requests_started", "requests", "app_records", "engine_spans"}})
+	if serr := <-side; err != nil || serr != nil {
+		t.Fatalf("requests: %v; samples beside them: %v", err, serr)
+	}
+	for _, table := range history.Tables {
+		q := "SELECT count(), groupBitXor(cityHash64(event_id)) FROM " + table
+		var wn, pn, wx, px uint64
+		if err := whole.QueryRow(ctx, q).Scan(&wn, &wx); err != nil {
+			t.Fatal(err)
+		}
+		if err := parts.QueryRow(ctx, q).Scan(&pn, &px); err != nil {
+			t.Fatal(err)
+		}
+		if wn != pn || wx != px || wn == 0 {
+			t.Errorf("%s: whole history %d rows (xor %x), two windows %d rows (xor %x)", table, wn, wx, pn, px)
+		}
+	}
+	if _, err := s.Generate(ctx, parts, history.Options{Tables: []string{"request"}}); err == nil {
+		t.Error("Generate accepted an unknown table")
+	}
+}
+
 func TestValidateRejectsImpossibleSpecs(t *testing.T) {
 	for name, mutate := range map[string]func(*history.Spec){
 		"no requests":       func(s *history.Spec) { s.Requests = 0 },

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,18 +36,24 @@ func command() *service.Command {
 	span := c.Flags.Duration("span", 24*time.Hour, "how far back the history goes")
 	endFlag := c.Flags.String("end", "", "end of the history, RFC 3339 (default: now)")
 	fromFlag := c.Flags.String("from", "", "generate only the history's rows from this time on, RFC 3339")
+	toFlag := c.Flags.String("to", "", "generate only the history's rows before this time, RFC 3339")
+	tables := c.Flags.String("tables", "", "generate only these tables, comma-separated (default: all)")
 	engines := c.Flags.Int("engines", 4, "vLLM engines")
 	seed := c.Flags.Uint64("seed", 1, "random seed")
 	chunk := c.Flags.Uint64("chunk", 2_000_000, "requests per INSERT")
 	sampleInterval := c.Flags.Duration("sample-interval", time.Second, "the collector's scrape period per engine")
 	logInterval := c.Flags.Duration("log-interval", 10*time.Second, "vLLM's stats line period per engine")
 	c.Run = func(_ context.Context, log *slog.Logger, _ []string) error {
-		return run(log, *database, *requests, *span, *endFlag, *fromFlag, *engines, *seed, *chunk, *sampleInterval, *logInterval)
+		var only []string
+		if *tables != "" {
+			only = strings.Split(*tables, ",")
+		}
+		return run(log, *database, *requests, *span, *endFlag, *fromFlag, *toFlag, only, *engines, *seed, *chunk, *sampleInterval, *logInterval)
 	}
 	return c
 }
 
-func run(log *slog.Logger, database string, requests uint64, span time.Duration, endFlag, fromFlag string, engines int, seed, chunk uint64, sampleInterval, logInterval time.Duration) error {
+func run(log *slog.Logger, database string, requests uint64, span time.Duration, endFlag, fromFlag, toFlag string, tables []string, engines int, seed, chunk uint64, sampleInterval, logInterval time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	end := time.Now().UTC()
@@ -59,7 +66,7 @@ func run(log *slog.Logger, database string, requests uint64, span time.Duration,
 	spec := history.Normal(end, span, requests)
 	spec.Engines, spec.Seed = engines, seed
 	spec.SampleInterval, spec.StatsLogInterval = sampleInterval, logInterval
-	opt := history.Options{ChunkRequests: chunk, Progress: func(table string, rows uint64) {
+	opt := history.Options{ChunkRequests: chunk, Tables: tables, Progress: func(table string, rows uint64) {
 		log.Info("generated", "table", table, "rows", rows)
 	}}
 	if fromFlag != "" {
@@ -68,6 +75,13 @@ func run(log *slog.Logger, database string, requests uint64, span time.Duration,
 			return fmt.Errorf("-from: %w", err)
 		}
 		opt.From = from
+	}
+	if toFlag != "" {
+		to, err := time.Parse(time.RFC3339, toFlag)
+		if err != nil {
+			return fmt.Errorf("-to: %w", err)
+		}
+		opt.To = to
 	}
 	cfg, err := config.Load[config.ClickHouse]()
 	if err != nil {
