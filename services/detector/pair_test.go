@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	builtin "github.com/servescope/servescope/deploy/detector"
@@ -395,5 +396,27 @@ func TestTwoDetectorsOneAlertmanagerOneKilled(t *testing.T) {
 	}
 	if !strings.HasPrefix(changes[0], "firing@") || !strings.HasPrefix(changes[1], "resolved@") {
 		t.Errorf("changes %v: want firing, then resolved", changes)
+	}
+	// alert_deliveries holds each detector's state changes once, not each evaluation's resend:
+	// the firing from each detector (a and b), the resolution from b alone.
+	rows, err := conn.Query(t.Context(), `
+		SELECT status, count() FROM alert_deliveries ARRAY JOIN statuses AS status
+		WHERE receiver = {am:String} AND ok GROUP BY status ORDER BY status`,
+		clickhouse.Named("am", am.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	recorded := map[string]uint64{}
+	for rows.Next() {
+		var status string
+		var n uint64
+		if err := rows.Scan(&status, &n); err != nil {
+			t.Fatal(err)
+		}
+		recorded[status] = n
+	}
+	if recorded["firing"] < 1 || recorded["firing"] > 2 || recorded["resolved"] != 1 {
+		t.Errorf("alert_deliveries for Alertmanager: %v, want the firing once per detector and the resolution once", recorded)
 	}
 }

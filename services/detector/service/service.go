@@ -67,7 +67,8 @@ func New(cfg Config, conn driver.Conn, defs []*rules.Definition, reg *prometheus
 	var resend alerting.NotifyFunc
 	if len(cfg.AlertmanagerURLs) > 0 {
 		d.alertmanagers, err = notify.NewAlertmanagers(notify.AlertmanagerOptions{
-			URLs: cfg.AlertmanagerURLs, Timeout: cfg.AlertmanagerTimeout, Registerer: reg, Log: log,
+			URLs: cfg.AlertmanagerURLs, Timeout: cfg.AlertmanagerTimeout, Recorder: notify.CHRecorder{Conn: conn},
+			Registerer: reg, Log: log,
 		})
 		if err != nil {
 			return nil, err
@@ -258,9 +259,9 @@ func (d *Detector) alertValidity(a *alerting.Alert) time.Duration {
 // endsAt is now + validFor, a resolved one's the evaluation that resolved it.
 func ToAlertmanager(a *alerting.Alert, externalURL string, now time.Time, validFor time.Duration) notify.PostableAlert {
 	p := notify.PostableAlert{Labels: a.Labels, Annotations: a.Annotations, StartsAt: a.FiredAt.UTC(),
-		EndsAt: now.Add(validFor).UTC(), Fingerprint: a.Fingerprint}
+		EndsAt: now.Add(validFor).UTC(), Fingerprint: a.Fingerprint, Status: "firing"}
 	if a.Resolved() {
-		p.EndsAt = a.ResolvedAt.UTC()
+		p.EndsAt, p.Status = a.ResolvedAt.UTC(), "resolved"
 	}
 	if externalURL != "" {
 		p.GeneratorURL = externalURL + "/rules#" + a.Rule
