@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -242,4 +243,14 @@ func (l *Lease) release() {
 		return
 	}
 	l.log.Info("lease given up")
+}
+
+// DefaultHolder names this process as a lease holder when no name is configured: its host name
+// and process id.
+func DefaultHolder() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "host"
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }

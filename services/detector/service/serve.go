@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -142,7 +141,11 @@ func takeLease(ctx context.Context, cfg Config, wait func(string, func(context.C
 			return err
 		}
 		bus.LogDifferences(log, diffs)
-		l, err = lease.New(ctx, kv, cfg.LeaseKey, instanceName(cfg.Instance), log)
+		holder := cfg.Instance
+		if holder == "" {
+			holder = lease.DefaultHolder()
+		}
+		l, err = lease.New(ctx, kv, cfg.LeaseKey, holder, log)
 		return err
 	}); err != nil {
 		nc.Close()
@@ -161,18 +164,6 @@ func takeLease(ctx context.Context, cfg Config, wait func(string, func(context.C
 		}
 	}
 	return l, nc.Close, nil
-}
-
-// instanceName is name, or the host name and process id.
-func instanceName(name string) string {
-	if name != "" {
-		return name
-	}
-	host, err := os.Hostname()
-	if err != nil {
-		host = "detector"
-	}
-	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
 
 // stopped returns nil when err comes from ctx's end (a stop while waiting), else err.
