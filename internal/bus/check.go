@@ -26,7 +26,7 @@ type SetupError struct {
 }
 
 func (e *SetupError) Error() string {
-	return e.What + ": run `" + SetupCommand + "` (or `servescope streams up`), which creates the streams and the durable consumer and owns their settings"
+	return e.What + ": run `" + SetupCommand + "` (or `servescope streams up`), which creates the streams, the durable consumer and the lease bucket and owns their settings"
 }
 
 // Is makes errors.Is(err, ErrNotSetUp) hold.

@@ -3,16 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -42,19 +38,6 @@ const pairLeaseTTL = 3 * time.Second
 // pairWait bounds each wait for a state the detectors reach on their own.
 const pairWait = 3 * time.Minute
 
-var detectorBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "servescope-detector-test-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "detector")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/servescope/servescope/services/detector")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build detector: %v\n%s", err, out)
-	}
-	return bin, nil
-})
-
 // pairRules writes server_errors with a 10 s window into a rules directory.
 func pairRules(t *testing.T) string {
 	t.Helper()
@@ -82,10 +65,7 @@ type detectorProcess struct {
 // startDetector starts the detector binary named name with env on top of the test's settings.
 func startDetector(t *testing.T, name string, env map[string]string) *detectorProcess {
 	t.Helper()
-	bin, err := detectorBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.Binary(t, "github.com/servescope/servescope/services/detector")
 	d := &detectorProcess{name: name, metrics: freeAddr(t), log: filepath.Join(t.TempDir(), name+".log")}
 	environ := []string{"DETECTOR_METRICS_ADDR=" + d.metrics, "DETECTOR_INSTANCE=" + name}
 	for k, v := range env {
@@ -93,7 +73,7 @@ func startDetector(t *testing.T, name string, env map[string]string) *detectorPr
 	}
 	p, err := proc.New(proc.Spec{Name: "detector " + name, Path: bin, Env: environ, Log: d.log, DieWithCaller: true,
 		StopGrace: time.Minute, ReadyTimeout: pairWait,
-		Ready: func(ctx context.Context) error { return httpOK(ctx, "http://"+d.metrics+"/readyz") }})
+		Ready: testenv.HTTPReady("http://" + d.metrics + "/readyz")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,41 +91,9 @@ func startDetector(t *testing.T, name string, env map[string]string) *detectorPr
 	return d
 }
 
-func httpOK(ctx context.Context, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return nil
-}
-
-// metric returns the value of the sample whose line starts with series on d's /metrics, -1 when
-// there is none.
+// metric is the value of series on d's /metrics, -1 when there is none.
 func (d *detectorProcess) metric(series string) float64 {
-	resp, err := http.Get("http://" + d.metrics + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			if err == nil {
-				return v
-			}
-		}
-	}
-	return -1
+	return testenv.MetricValue("http://"+d.metrics+"/metrics", series)
 }
 
 // evaluations is how many times d evaluated server_errors.

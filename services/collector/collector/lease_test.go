@@ -2,17 +2,11 @@ package collector
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -40,19 +34,6 @@ func TestLeaseKey(t *testing.T) {
 	}
 }
 
-var collectorBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "servescope-collector-test-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "collector")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/servescope/servescope/services/collector")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build collector: %v\n%s", err, out)
-	}
-	return bin, nil
-})
-
 // collectorProcess is the collector binary running as a child process (dev/proc).
 type collectorProcess struct {
 	*proc.Process
@@ -70,10 +51,7 @@ func freeLoopback(t *testing.T) string {
 
 func startCollectorProcess(t *testing.T, name string, env map[string]string) *collectorProcess {
 	t.Helper()
-	bin, err := collectorBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.Binary(t, "github.com/servescope/servescope/services/collector")
 	dir := t.TempDir()
 	c := &collectorProcess{metrics: freeLoopback(t)}
 	environ := []string{"COLLECTOR_METRICS_ADDR=" + c.metrics, "COLLECTOR_INSTANCE=" + name,
@@ -84,18 +62,7 @@ func startCollectorProcess(t *testing.T, name string, env map[string]string) *co
 	logPath := filepath.Join(dir, "collector.log")
 	p, err := proc.New(proc.Spec{Name: "collector " + name, Path: bin, Args: []string{"run"}, Env: environ, Log: logPath,
 		DieWithCaller: true, StopGrace: time.Minute, ReadyTimeout: 3 * time.Minute,
-		Ready: func(ctx context.Context) error {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.metrics+"/readyz", nil)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("/readyz: %s", resp.Status)
-			}
-			return nil
-		}})
+		Ready: testenv.HTTPReady("http://" + c.metrics + "/readyz")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,22 +80,9 @@ func startCollectorProcess(t *testing.T, name string, env map[string]string) *co
 	return c
 }
 
-// metric returns the sample of the series on c's /metrics, -1 when there is none.
+// metric is the value of series on c's /metrics, -1 when there is none.
 func (c *collectorProcess) metric(series string) float64 {
-	resp, err := http.Get("http://" + c.metrics + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			if v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64); err == nil {
-				return v
-			}
-		}
-	}
-	return -1
+	return testenv.MetricValue("http://"+c.metrics+"/metrics", series)
 }
 
 func (c *collectorProcess) scrapes() float64 {

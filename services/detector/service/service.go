@@ -241,9 +241,15 @@ func (d *Detector) sendAlertmanagers(_ context.Context, _ time.Time, alerts []*a
 	d.alertmanagers.Send(out...)
 }
 
+// resendDelay is Prometheus's default --rules.alert.resend-delay, the least period its firing
+// alerts' validity is counted in.
+const resendDelay = time.Minute
+
 // alertValidity is how long past a send a firing alert stays firing at Alertmanager without
-// another send: four evaluation intervals, as Prometheus allows (its rules/alerting.go
-// sendAlerts), so that up to three lost evaluations or POSTs do not resolve it.
+// another send: four times the longer of its evaluation interval and resendDelay, as Prometheus
+// allows (its rules/alerting.go sendAlerts), so that up to three lost evaluations or POSTs — or
+// evaluations slowed on a loaded server — do not resolve it. Four short intervals alone (8 s at
+// a 2 s interval) let Alertmanager resolve and re-fire an alert whenever one evaluation ran late.
 func (d *Detector) alertValidity(a *alerting.Alert) time.Duration {
 	iv := d.cfg.Interval
 	for _, r := range d.rules {
@@ -251,7 +257,7 @@ func (d *Detector) alertValidity(a *alerting.Alert) time.Duration {
 			iv = r.Definition().Interval.D()
 		}
 	}
-	return 4 * iv
+	return 4 * max(iv, resendDelay)
 }
 
 // ToAlertmanager converts an alert to the form Alertmanager's /api/v2/alerts takes, as sent at
