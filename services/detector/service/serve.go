@@ -68,14 +68,15 @@ func Serve(ctx context.Context, cfg Config, defs []*rules.Definition, ln net.Lis
 	g := svc.NewGroup(log)
 	g.AddStop("readiness", ready.Stopping)
 	g.AddContext("detector", func(ctx context.Context) error {
-		wait := func(what string, f func(context.Context) error) error {
+		// wait retries f until it succeeds or ctx ends (the lease's term, for the work under it).
+		wait := func(ctx context.Context, what string, f func(context.Context) error) error {
 			ready.Starting(what)
 			return retry.Do(ctx, startRetry, f, func(attempt int, err error, wait time.Duration) {
 				log.Warn(what+" failed; retrying", "attempt", attempt, "retry_in", wait, "err", err)
 			})
 		}
 		var c driver.Conn
-		if err := wait("connect to ClickHouse", func(context.Context) error {
+		if err := wait(ctx, "connect to ClickHouse", func(context.Context) error {
 			var err error
 			c, err = chstore.Open(ctx, cfg.ClickHouse)
 			return err
@@ -89,7 +90,7 @@ func Serve(ctx context.Context, cfg Config, defs []*rules.Definition, ln net.Lis
 			if err != nil {
 				return err
 			}
-			if err := wait("restore alert state", d.Restore); err != nil {
+			if err := wait(ctx, "restore alert state", d.Restore); err != nil {
 				return stopped(ctx, err)
 			}
 			ready.Started()
@@ -119,9 +120,9 @@ func Serve(ctx context.Context, cfg Config, defs []*rules.Definition, ln net.Lis
 
 // takeLease connects to NATS and prepares the detector's lease in the bucket the setup step made,
 // waiting (with wait) for NATS and the bucket. The returned func closes the NATS connection.
-func takeLease(ctx context.Context, cfg Config, wait func(string, func(context.Context) error) error, reg prometheus.Registerer, log *slog.Logger) (*lease.Lease, func(), error) {
+func takeLease(ctx context.Context, cfg Config, wait func(context.Context, string, func(context.Context) error) error, reg prometheus.Registerer, log *slog.Logger) (*lease.Lease, func(), error) {
 	var nc *nats.Conn
-	if err := wait("connect to NATS", func(context.Context) error {
+	if err := wait(ctx, "connect to NATS", func(context.Context) error {
 		var err error
 		nc, err = cfg.NATS.Connect("servescope-detector", append(config.NATSEventHandlers(log, config.RedactURL(cfg.NATS.URL)),
 			nats.MaxReconnects(-1))...)
@@ -135,7 +136,7 @@ func takeLease(ctx context.Context, cfg Config, wait func(string, func(context.C
 		return nil, nil, fmt.Errorf("JetStream context: %w", err)
 	}
 	var l *lease.Lease
-	if err := wait("find the lease bucket", func(ctx context.Context) error {
+	if err := wait(ctx, "find the lease bucket", func(ctx context.Context) error {
 		kv, diffs, err := bus.CheckLeases(ctx, js, cfg.NATS.Topology(), cfg.NATS.StreamSettings())
 		if err != nil {
 			return err
