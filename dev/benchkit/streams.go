@@ -79,13 +79,15 @@ func (s *Streams) Spool(name string) (string, error) {
 	return dir, nil
 }
 
-// Close deletes the events and dead-letter streams (within 30 seconds, whatever became of the
-// bench's context), closes the connection and removes the spool directories.
+// Close deletes the events and dead-letter streams and the lease bucket the setup made (within 30
+// seconds, whatever became of the bench's context), closes the connection and removes the spool
+// directories.
 func (s *Streams) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = s.JS.DeleteStream(ctx, s.Topology.Stream())
 	_ = s.JS.DeleteStream(ctx, s.Topology.DLQStream())
+	_ = s.JS.DeleteKeyValue(ctx, s.Topology.LeaseBucket())
 	s.Conn.Close()
 	for _, dir := range s.spools {
 		_ = os.RemoveAll(dir)

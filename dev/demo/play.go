@@ -135,6 +135,13 @@ func (r *run) play(ctx context.Context) error {
 
 	fmt.Fprintf(r.out, "\n(b) Alerts the demo's webhook receiver got from the detector (times since the demo started; baseline: the synthetic normal day)\n\n")
 	WriteAlerts(r.out, r.recv.Alerts(), r.started)
+	var phases []Phase
+	for _, w := range append(append([]Window{}, scen...), inc...) {
+		phases = append(phases, Phase{Name: w.Title, Start: w.Range.From})
+	}
+	flaps, flapCount := Flaps(r.recv.Alerts(), phases)
+	fmt.Fprintln(r.out)
+	WriteFlaps(r.out, flaps, flapCount)
 	fmt.Fprintln(r.out, "\n  latency_p95, slot_limit and truncated_outputs are true positives too: the scenarios' load is not a normal")
 	fmt.Fprintln(r.out, "  day's, and loadgen sends ignore_eos so every answer runs to max_tokens, as in the measured runs.")
 	fmt.Fprintln(r.out)
@@ -161,6 +168,9 @@ func (r *run) play(ctx context.Context) error {
 		if !c.OK {
 			fails = append(fails, c.Text)
 		}
+	}
+	for _, f := range flaps {
+		fails = append(fails, fmt.Sprintf("%s %s flapped: fired %d times during %s", f.Rule, f.Labels, f.Firings, f.Phase))
 	}
 	if len(fails) > 0 && r.opt.Once {
 		return fmt.Errorf("the demo did not show what it must:\n  %s", strings.Join(fails, "\n  "))

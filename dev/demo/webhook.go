@@ -125,7 +125,9 @@ func (r *Receiver) Met(e Expectation) (string, time.Time, bool) {
 // Episode is one alert from its first firing message to its resolution.
 type Episode struct {
 	Rule, Severity, Labels, Summary string
-	FiredAt, ResolvedAt             time.Time // receiver's clock; ResolvedAt zero while firing
+	// Fingerprint is the alert's identity: its rule and labels.
+	Fingerprint         string
+	FiredAt, ResolvedAt time.Time // receiver's clock; ResolvedAt zero while firing
 }
 
 // Episodes folds the received messages into one episode per alert (fingerprint and start),
@@ -146,7 +148,7 @@ func Episodes(alerts []Received) []Episode {
 			}
 			idx[k] = len(out)
 			out = append(out, Episode{Rule: a.Rule, Severity: a.Labels["severity"], Labels: labelText(a.Labels),
-				Summary: strings.Join(strings.Fields(a.Summary), " "), FiredAt: a.At})
+				Summary: strings.Join(strings.Fields(a.Summary), " "), Fingerprint: a.Fingerprint, FiredAt: a.At})
 			continue
 		}
 		if a.Status == "resolved" && out[i].ResolvedAt.IsZero() {
@@ -155,6 +157,69 @@ func Episodes(alerts []Received) []Episode {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].FiredAt.Before(out[j].FiredAt) })
 	return out
+}
+
+// Phase is one stretch of the demo — a scenario or an incident — from its start to the next
+// phase's.
+type Phase struct {
+	Name  string
+	Start time.Time
+}
+
+// Flap is an alert identity (fingerprint) that fired more than once within one phase: each
+// firing after the first is one flap. A firing sent again for the same episode (same startsAt,
+// a reminder or a redelivery) is not a new firing.
+type Flap struct {
+	Phase, Rule, Labels string
+	Firings             int
+}
+
+// Flaps returns the flaps of the received alerts, each episode counted in the phase in which it
+// fired (the last phase started at or before its firing; "before the scenarios" before the
+// first), and their total: the firings beyond one per identity and phase. phases need not be
+// sorted.
+func Flaps(alerts []Received, phases []Phase) ([]Flap, int) {
+	ps := append([]Phase(nil), phases...)
+	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Start.Before(ps[j].Start) })
+	phaseOf := func(t time.Time) string {
+		name := "before the scenarios"
+		for _, p := range ps {
+			if !t.Before(p.Start) {
+				name = p.Name
+			}
+		}
+		return name
+	}
+	type key struct{ phase, fp string }
+	firings := map[key]*Flap{}
+	var order []key
+	for _, e := range Episodes(alerts) {
+		k := key{phaseOf(e.FiredAt), e.Fingerprint}
+		f, ok := firings[k]
+		if !ok {
+			f = &Flap{Phase: k.phase, Rule: e.Rule, Labels: e.Labels}
+			firings[k] = f
+			order = append(order, k)
+		}
+		f.Firings++
+	}
+	var out []Flap
+	total := 0
+	for _, k := range order {
+		if f := firings[k]; f.Firings > 1 {
+			out = append(out, *f)
+			total += f.Firings - 1
+		}
+	}
+	return out, total
+}
+
+// WriteFlaps prints the flap count and, under it, each identity that flapped.
+func WriteFlaps(w io.Writer, flaps []Flap, total int) {
+	fmt.Fprintf(w, "  flaps: %d (an alert firing again within the scenario or incident in which it fired)\n", total)
+	for _, f := range flaps {
+		fmt.Fprintf(w, "    %s %s fired %d times during %s\n", f.Rule, f.Labels, f.Firings, f.Phase)
+	}
 }
 
 func labelText(l map[string]string) string {

@@ -90,3 +90,55 @@ func TestEpisodesAndWriteAlerts(t *testing.T) {
 		t.Errorf("empty list printed %q", buf.String())
 	}
 }
+
+// TestFlaps counts firings per alert identity and phase on a recorded sequence shaped like the
+// run the flap count was made for: unfinished_rising fired, resolved and fired again within one
+// overload (a flap), a firing message sent twice for one episode (not a flap), the same alert
+// firing again in a later incident (not a flap), and another identity of the same rule (its own).
+func TestFlaps(t *testing.T) {
+	origin := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return origin.Add(time.Duration(s) * time.Second) }
+	rec := func(s int, status, fp string, start int, labels ...string) Received {
+		l := map[string]string{"alertname": "unfinished_rising", "severity": "critical"}
+		for i := 0; i+1 < len(labels); i += 2 {
+			l[labels[i]] = labels[i+1]
+		}
+		return Received{At: at(s), Rule: "unfinished_rising", Status: status, Labels: l, StartsAt: at(start), Fingerprint: fp}
+	}
+	phases := []Phase{{"Overload", at(30)}, {"Normal", at(0)}, {"Engine crash", at(200)}}
+	alerts := []Received{
+		rec(71, "firing", "f1", 70, "kind", "in_flight"),
+		rec(72, "firing", "f1", 70, "kind", "in_flight"), // the same episode sent again
+		rec(73, "resolved", "f1", 70, "kind", "in_flight"),
+		rec(77, "firing", "f1", 76, "kind", "in_flight"), // fired again in the same overload
+		rec(90, "resolved", "f1", 76, "kind", "in_flight"),
+		rec(95, "firing", "f2", 94, "kind", "waiting"), // another identity
+		rec(210, "firing", "f1", 209, "kind", "in_flight"),
+		rec(240, "resolved", "f1", 209, "kind", "in_flight"),
+	}
+	flaps, total := Flaps(alerts, phases)
+	if total != 1 || len(flaps) != 1 || flaps[0] != (Flap{Phase: "Overload", Rule: "unfinished_rising", Labels: "kind=in_flight", Firings: 2}) {
+		t.Fatalf("Flaps = %+v, %d; want unfinished_rising kind=in_flight twice during Overload, 1 flap", flaps, total)
+	}
+	var out bytes.Buffer
+	WriteFlaps(&out, flaps, total)
+	if !strings.Contains(out.String(), "flaps: 1 ") || !strings.Contains(out.String(), "unfinished_rising kind=in_flight fired 2 times during Overload") {
+		t.Errorf("WriteFlaps printed:\n%s", out.String())
+	}
+
+	// A run in which each incident gives one firing and one resolution per identity has none.
+	clean := []Received{alerts[0], alerts[2], alerts[5], alerts[6], alerts[7]}
+	if flaps, total := Flaps(clean, phases); total != 0 || len(flaps) != 0 {
+		t.Fatalf("Flaps of a clean run = %+v, %d; want none", flaps, total)
+	}
+	out.Reset()
+	WriteFlaps(&out, nil, 0)
+	if !strings.HasPrefix(out.String(), "  flaps: 0 ") {
+		t.Errorf("WriteFlaps of a clean run printed %q", out.String())
+	}
+	// Firings before the first phase count in a phase of their own.
+	early := []Received{rec(-20, "firing", "f1", -21), rec(-10, "resolved", "f1", -21), rec(-5, "firing", "f1", -6)}
+	if flaps, total := Flaps(early, phases); total != 1 || flaps[0].Phase != "before the scenarios" {
+		t.Fatalf("Flaps before the first phase = %+v, %d", flaps, total)
+	}
+}

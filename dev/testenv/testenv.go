@@ -114,13 +114,14 @@ func NATSPrefix(t testing.TB) (jetstream.JetStream, bus.Topology, config.NATS) {
 		defer cancel()
 		_ = js.DeleteStream(ctx, topo.Stream())
 		_ = js.DeleteStream(ctx, topo.DLQStream())
+		_ = js.DeleteKeyValue(ctx, topo.LeaseBucket())
 	})
 	return js, topo, cfg
 }
 
 // Provision runs the setup step for cfg's prefix on js, the same code `servescope migrate up`
-// runs: it creates or updates the events and dead-letter streams with cfg's stream limits and
-// each durable consumer of ds. It returns what it did.
+// runs: it creates or updates the events and dead-letter streams with cfg's stream limits, each
+// durable consumer of ds, and the lease bucket with cfg's LeaseTTL. It returns what it did.
 func Provision(t testing.TB, js jetstream.JetStream, cfg config.NATS, ds ...bus.Durable) []bus.Applied {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

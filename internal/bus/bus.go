@@ -5,6 +5,7 @@
 //	stream SERVESCOPE      subjects servescope.v1.>   the events, one subject per kind
 //	stream SERVESCOPE_DLQ  subjects servescope.dlq.>  events the consumer could not take, with the reason
 //	durable consumer servescope-writer on SERVESCOPE  the consumer's, filtered on servescope.v1.>
+//	key-value bucket SERVESCOPE_LEASES  leases: which instance does a job one instance at a time does
 //
 // Each resource has one owner: the setup step ([Setup], run by `servescope migrate up` and
 // `servescope streams up`) creates them and is the only code that changes them. The services
@@ -82,13 +83,15 @@ type StreamSettings struct {
 	MaxAge time.Duration
 	// MaxBytes caps the stream's size; the oldest messages are discarded first.
 	MaxBytes int64
-	// Replicas is 1, or 3 on a NATS cluster.
+	// Replicas is 1, or 3 on a NATS cluster (the lease bucket's too).
 	Replicas int
+	// LeaseTTL is the lease bucket's TTL: how long a lease outlives its holder's last renewal.
+	LeaseTTL time.Duration
 }
 
 // DefaultStreamSettings are the limits the setup step gives the events stream when none are
-// configured: 7 days, 10 GiB, one replica.
-var DefaultStreamSettings = StreamSettings{MaxAge: 7 * 24 * time.Hour, MaxBytes: 10 << 30, Replicas: 1}
+// configured: 7 days, 10 GiB, one replica, leases expiring after [DefaultLeaseTTL].
+var DefaultStreamSettings = StreamSettings{MaxAge: 7 * 24 * time.Hour, MaxBytes: 10 << 30, Replicas: 1, LeaseTTL: DefaultLeaseTTL}
 
 func (s StreamSettings) withDefaults() StreamSettings {
 	if s.MaxAge <= 0 {
@@ -99,6 +102,9 @@ func (s StreamSettings) withDefaults() StreamSettings {
 	}
 	if s.Replicas <= 0 {
 		s.Replicas = DefaultStreamSettings.Replicas
+	}
+	if s.LeaseTTL <= 0 {
+		s.LeaseTTL = DefaultStreamSettings.LeaseTTL
 	}
 	return s
 }

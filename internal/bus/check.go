@@ -26,7 +26,7 @@ type SetupError struct {
 }
 
 func (e *SetupError) Error() string {
-	return e.What + ": run `" + SetupCommand + "` (or `servescope streams up`), which creates the streams and the durable consumer and owns their settings"
+	return e.What + ": run `" + SetupCommand + "` (or `servescope streams up`), which creates the streams, the durable consumer and the lease bucket and owns their settings"
 }
 
 // Is makes errors.Is(err, ErrNotSetUp) hold.
@@ -35,10 +35,11 @@ func (e *SetupError) Is(target error) bool { return target == ErrNotSetUp }
 // Difference is one setting of a stream or durable consumer that differs from what a service (or
 // the setup step) is configured with.
 type Difference struct {
-	// Stream is the stream's name; Consumer the durable consumer's, "" for a stream.
-	Stream, Consumer string
+	// Stream is the stream's name; Consumer the durable consumer's, "" for a stream. Bucket is
+	// set instead of both for the lease key-value bucket.
+	Stream, Consumer, Bucket string
 	// Setting is NATS's name of the setting: max_age, max_bytes, num_replicas, duplicate_window,
-	// ack_wait, max_ack_pending, max_deliver, ...
+	// ack_wait, max_ack_pending, max_deliver, a bucket's ttl and history, ...
 	Setting string
 	// Server is the value in force on the server; Service the value configured here.
 	Server, Service string
@@ -168,11 +169,11 @@ func subjectMatches(f, s string) bool {
 // The setup step owns the resources: a service uses them as they are, and only `servescope
 // migrate up` run with the service's settings would change them.
 func LogDifferences(log *slog.Logger, diffs []Difference) {
-	type resource struct{ stream, consumer string }
+	type resource struct{ stream, consumer, bucket string }
 	var order []resource
 	groups := map[resource][]any{}
 	for _, d := range diffs {
-		r := resource{d.Stream, d.Consumer}
+		r := resource{d.Stream, d.Consumer, d.Bucket}
 		if _, ok := groups[r]; !ok {
 			order = append(order, r)
 		}
@@ -181,6 +182,10 @@ func LogDifferences(log *slog.Logger, diffs []Difference) {
 	for _, r := range order {
 		msg := "JetStream stream differs from this service's settings; using it as it is"
 		args := []any{slog.String("stream", r.stream)}
+		if r.bucket != "" {
+			msg = "JetStream key-value bucket differs from this service's settings; using it as it is"
+			args = []any{slog.String("bucket", r.bucket)}
+		}
 		if r.consumer != "" {
 			msg = "JetStream durable consumer differs from this service's settings; using it as it is"
 			args = append(args, slog.String("consumer", r.consumer))

@@ -24,9 +24,10 @@ const (
 
 // Applied is one resource as [Setup] left it.
 type Applied struct {
-	// Stream is the stream's name; Consumer the durable consumer's, "" for a stream.
-	Stream, Consumer string
-	Action           Action
+	// Stream is the stream's name; Consumer the durable consumer's, "" for a stream. Bucket is
+	// set instead of both for the lease key-value bucket.
+	Stream, Consumer, Bucket string
+	Action                   Action
 	// Settings are the managed settings now in force, e.g. "max_age 168h0m0s".
 	Settings []string
 	// Changes are the settings an update changed: Server is the old value, Service the new.
@@ -38,7 +39,10 @@ type Applied struct {
 // (ack_wait 30s → 1m0s)", "stream SERVESCOPE_DLQ: unchanged".
 func (a Applied) String() string {
 	what := "stream " + a.Stream
-	if a.Consumer != "" {
+	switch {
+	case a.Bucket != "":
+		what = "key-value bucket " + a.Bucket
+	case a.Consumer != "":
 		what = "durable consumer " + a.Consumer + " on " + a.Stream
 	}
 	switch a.Action {
@@ -54,8 +58,8 @@ func (a Applied) String() string {
 	return what + ": " + string(a.Action) + " (" + strings.Join(a.Settings, ", ") + ")"
 }
 
-// Setup makes t's events and dead-letter streams, and each durable consumer of ds on the events
-// stream, as configured: it creates what is missing and updates what differs, and leaves alone
+// Setup makes t's events and dead-letter streams, each durable consumer of ds on the events
+// stream, and the lease key-value bucket ([Topology.LeaseBucketConfig]), as configured: it creates what is missing and updates what differs, and leaves alone
 // what is already right, so running it again changes nothing. s's zero fields take
 // [DefaultStreamSettings]' values. It is the one owner of these resources; the services only
 // check them.
@@ -86,7 +90,11 @@ func Setup(ctx context.Context, js jetstream.JetStream, t Topology, s StreamSett
 		}
 		out = append(out, a)
 	}
-	return out, nil
+	a, err := setupLeases(ctx, js, t.LeaseBucketConfig(s))
+	if err != nil {
+		return out, err
+	}
+	return append(out, a), nil
 }
 
 func setupStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (Applied, error) {

@@ -38,7 +38,7 @@ func wantActions(t *testing.T, got []bus.Applied, want ...bus.Action) {
 }
 
 // TestSetupOwnsTheResources runs the setup step on a fresh prefix, again unchanged, and again
-// with other limits: it creates the two streams and the durable consumer, changes nothing the
+// with other limits: it creates the two streams, the durable consumer and the lease bucket, changes nothing the
 // second time, and updates exactly what changed the third, keeping a setting it does not manage.
 func TestSetupOwnsTheResources(t *testing.T) {
 	t.Parallel()
@@ -52,7 +52,7 @@ func TestSetupOwnsTheResources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantActions(t, applied, bus.Created, bus.Created, bus.Created)
+	wantActions(t, applied, bus.Created, bus.Created, bus.Created, bus.Created)
 	if got := applied[0].String(); got != "stream "+topo.Stream()+": created (subjects "+topo.Subjects()+", max_age 48h0m0s, max_bytes 268435456, num_replicas 1, duplicate_window 2m0s)" {
 		t.Errorf("line for the events stream: %q", got)
 	}
@@ -61,7 +61,7 @@ func TestSetupOwnsTheResources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantActions(t, again, bus.Unchanged, bus.Unchanged, bus.Unchanged)
+	wantActions(t, again, bus.Unchanged, bus.Unchanged, bus.Unchanged, bus.Unchanged)
 
 	// An operator's own setting on the stream survives the setup's updates.
 	st, err := js.Stream(ctx, topo.Stream())
@@ -75,12 +75,26 @@ func TestSetupOwnsTheResources(t *testing.T) {
 	}
 
 	limits.MaxAge = 24 * time.Hour
+	limits.LeaseTTL = 5 * time.Second
 	d2 := bus.DurableFor("writer", 500, 10*time.Second) // ack_wait 30s → 1m40s
 	updated, err := bus.Setup(ctx, js, topo, limits, d2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantActions(t, updated, bus.Updated, bus.Unchanged, bus.Updated)
+	wantActions(t, updated, bus.Updated, bus.Unchanged, bus.Updated, bus.Updated)
+	if got := updated[3].String(); got != "key-value bucket "+topo.LeaseBucket()+": updated (ttl 15s → 5s)" {
+		t.Errorf("line for the lease bucket: %q", got)
+	}
+	kv, diffs, err := bus.CheckLeases(ctx, js, topo, bus.StreamSettings{LeaseTTL: 9 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bus.Difference{{Bucket: topo.LeaseBucket(), Setting: "ttl", Server: "5s", Service: "9s"}}; !reflect.DeepEqual(diffs, want) {
+		t.Errorf("lease bucket differences = %+v, want %+v", diffs, want)
+	}
+	if st, err := kv.Status(ctx); err != nil || st.TTL() != 5*time.Second || st.History() != 1 {
+		t.Errorf("lease bucket after the update: %v, %v", st, err)
+	}
 	if want := []bus.Difference{{Stream: topo.Stream(), Setting: "max_age", Server: "48h0m0s", Service: "24h0m0s"}}; !reflect.DeepEqual(updated[0].Changes, want) {
 		t.Errorf("stream changes = %+v, want %+v", updated[0].Changes, want)
 	}

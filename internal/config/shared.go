@@ -50,6 +50,10 @@ type NATS struct {
 	StreamMaxBytes int64 `env:"SERVESCOPE_STREAM_MAX_BYTES"`
 	// StreamReplicas is the streams' replica count: 1, or 3 on a NATS cluster.
 	StreamReplicas int `env:"SERVESCOPE_STREAM_REPLICAS"`
+	// LeaseTTL is the lease bucket's TTL (the setup step uses 15s when unset): how long the lease
+	// of an instance that died keeps a job (the detector's notifications, an engine's scrapes)
+	// from the instance that takes over. Services read the bucket's own TTL.
+	LeaseTTL time.Duration `env:"SERVESCOPE_LEASE_TTL"`
 	// SetupWait is how long a service waits at start for the streams (and the consumer for its
 	// durable consumer) that the setup step creates before it reports them missing as an error:
 	// the consumer then exits, a publisher keeps spooling its events and checking.
@@ -61,7 +65,7 @@ func (n *NATS) Topology() bus.Topology { return bus.Topology{Prefix: n.SubjectPr
 
 // StreamSettings returns the stream limits set in n; unset ones are zero.
 func (n *NATS) StreamSettings() bus.StreamSettings {
-	return bus.StreamSettings{MaxAge: n.StreamMaxAge, MaxBytes: n.StreamMaxBytes, Replicas: n.StreamReplicas}
+	return bus.StreamSettings{MaxAge: n.StreamMaxAge, MaxBytes: n.StreamMaxBytes, Replicas: n.StreamReplicas, LeaseTTL: n.LeaseTTL}
 }
 
 var userinfoRE = regexp.MustCompile(`(//[^:/@]*:)[^@]*@`)
@@ -84,6 +88,9 @@ func (n *NATS) Validate() error {
 	}
 	if n.StreamMaxBytes < 0 {
 		return fmt.Errorf("SERVESCOPE_STREAM_MAX_BYTES: must be positive, got %d", n.StreamMaxBytes)
+	}
+	if n.LeaseTTL != 0 && n.LeaseTTL < time.Second {
+		return fmt.Errorf("SERVESCOPE_LEASE_TTL: must be at least 1s, got %s", n.LeaseTTL)
 	}
 	if n.SetupWait < 0 {
 		return fmt.Errorf("SERVESCOPE_SETUP_WAIT: must not be negative, got %s", n.SetupWait)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
@@ -74,6 +75,16 @@ func runCollector(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		p.close()
 		return err
+	}
+	if cfg.Lease {
+		js, err := jetstream.New(p.nc)
+		if err == nil {
+			err = c.UseLeases(js)
+		}
+		if err != nil {
+			p.close()
+			return fmt.Errorf("scrape leases: %w", err)
+		}
 	}
 	c.Readiness().Details(p.details)
 	g := service.NewGroup(log)

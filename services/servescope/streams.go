@@ -29,8 +29,8 @@ func newStreamsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "streams",
 		Short: "Set up or check the JetStream streams and the consumer's durable consumer",
-		Long: "The setup step owns servescope's JetStream resources: the events stream, the dead-letter stream and\n" +
-			"the consumer's durable consumer. `streams up` creates or updates them (`migrate up` runs it too);\n" +
+		Long: "The setup step owns servescope's JetStream resources: the events stream, the dead-letter stream,\n" +
+			"the consumer's durable consumer and the lease key-value bucket (SERVESCOPE_LEASE_TTL). `streams up` creates or updates them (`migrate up` runs it too);\n" +
 			"the services only check them, as `streams check` does.",
 	}
 	up := &cobra.Command{
@@ -51,11 +51,23 @@ func newStreamsCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				kv, leaseDiffs, err := bus.CheckLeases(ctx, js, topo, cfg.NATS.StreamSettings())
+				if err != nil {
+					return err
+				}
+				st, err := kv.Status(ctx)
+				if err != nil {
+					return fmt.Errorf("read key-value bucket %s: %w", kv.Bucket(), err)
+				}
 				out := cmd.OutOrStdout()
 				fmt.Fprintf(out, "streams %s and %s and durable consumer %s take every event kind\n", topo.Stream(), topo.DLQStream(), d.Name)
-				for _, df := range diffs {
+				fmt.Fprintf(out, "key-value bucket %s holds the leases (ttl %s)\n", kv.Bucket(), st.TTL())
+				for _, df := range append(diffs, leaseDiffs...) {
 					what := "stream " + df.Stream
-					if df.Consumer != "" {
+					switch {
+					case df.Bucket != "":
+						what = "key-value bucket " + df.Bucket
+					case df.Consumer != "":
 						what = "durable consumer " + df.Consumer + " on " + df.Stream
 					}
 					fmt.Fprintf(out, "%s: %s is %s, these settings say %s\n", what, df.Setting, df.Server, df.Service)

@@ -14,7 +14,7 @@ import (
 
 // TestSetupCommands runs the setup step as an operator (or the compose file's migrate service)
 // does, against a fresh subject prefix and database: `migrate up` creates the schema, both streams
-// and the durable consumer; a second run changes nothing; `streams up` with another limit updates
+// the durable consumer and the lease bucket; a second run changes nothing; `streams up` with another limit updates
 // only that; `streams check` with a service's other settings reports the difference and changes
 // nothing. It sets the process environment, so it does not run in parallel.
 func TestSetupCommands(t *testing.T) {
@@ -41,6 +41,7 @@ func TestSetupCommands(t *testing.T) {
 		"stream " + topo.Stream() + ": created (subjects " + topo.Subjects() + ", max_age 168h0m0s, max_bytes 268435456, num_replicas 1, duplicate_window 2m0s)",
 		"stream " + topo.DLQStream() + ": created (",
 		"durable consumer cli-writer on " + topo.Stream() + ": created (filter_subjects " + topo.Subjects() + ", ack_wait 30s, max_ack_pending 2500, max_deliver -1)",
+		"key-value bucket " + topo.LeaseBucket() + ": created (ttl 15s, history 1, num_replicas 1)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("migrate up printed no line %q:\n%s", want, out)
@@ -48,21 +49,26 @@ func TestSetupCommands(t *testing.T) {
 	}
 
 	out, code, err = run(t, "migrate", "up")
-	if code != 0 || strings.Count(out, ": unchanged (") != 3 {
-		t.Errorf("second migrate up: exit %d, %v; want three resources unchanged:\n%s", code, err, out)
+	if code != 0 || strings.Count(out, ": unchanged (") != 4 {
+		t.Errorf("second migrate up: exit %d, %v; want four resources unchanged:\n%s", code, err, out)
 	}
 
 	t.Setenv("SERVESCOPE_STREAM_MAX_AGE", "24h")
+	t.Setenv("SERVESCOPE_LEASE_TTL", "10s")
 	out, code, err = run(t, "streams", "up")
 	if code != 0 || !strings.Contains(out, "stream "+topo.Stream()+": updated (max_age 168h0m0s → 24h0m0s)") ||
-		!strings.Contains(out, "stream "+topo.DLQStream()+": unchanged") {
+		!strings.Contains(out, "stream "+topo.DLQStream()+": unchanged") ||
+		!strings.Contains(out, "key-value bucket "+topo.LeaseBucket()+": updated (ttl 15s → 10s)") {
 		t.Errorf("streams up with max_age 24h: exit %d, %v:\n%s", code, err, out)
 	}
 
 	// A service's settings that differ are reported, and the stream keeps the setup's.
 	t.Setenv("SERVESCOPE_STREAM_MAX_AGE", "48h")
+	t.Setenv("SERVESCOPE_LEASE_TTL", "20s")
 	out, code, err = run(t, "streams", "check")
-	if code != 0 || !strings.Contains(out, "stream "+topo.Stream()+": max_age is 24h0m0s, these settings say 48h0m0s") {
+	if code != 0 || !strings.Contains(out, "stream "+topo.Stream()+": max_age is 24h0m0s, these settings say 48h0m0s") ||
+		!strings.Contains(out, "key-value bucket "+topo.LeaseBucket()+" holds the leases (ttl 10s)") ||
+		!strings.Contains(out, "key-value bucket "+topo.LeaseBucket()+": ttl is 10s, these settings say 20s") {
 		t.Errorf("streams check with max_age 48h: exit %d, %v:\n%s", code, err, out)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -77,6 +77,15 @@ type Config struct {
 	// ShutdownTimeout bounds the flush of queued events at exit.
 	ShutdownTimeout time.Duration `env:"COLLECTOR_SHUTDOWN_TIMEOUT" envDefault:"10s"`
 
+	// Lease makes each engine's scrapes the job of one collector at a time among those sharing
+	// the lease bucket the setup step made on NATS: the holder of the engine's lease
+	// (LeaseKey) scrapes it, the others stand by and take over within about 1¼ ×
+	// SERVESCOPE_LEASE_TTL of its death. Spans and logs are not affected (each arrives at one
+	// collector anyway).
+	Lease bool `env:"COLLECTOR_LEASE"`
+	// Instance names this collector as a lease holder (default: host name and process id).
+	Instance string `env:"COLLECTOR_INSTANCE"`
+
 	// AppSpans turns applications' spans (OpenTelemetry GenAI, OpenInference, OpenLLMetry)
 	// received on the OTLP listeners into app.records (package apptrace); false ignores them.
 	AppSpans bool `env:"COLLECTOR_APP_SPANS" envDefault:"true"`

@@ -63,6 +63,11 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Now is the clock (default time.Now); tests set it.
 	Now func() time.Time
+	// Guard, when set, runs each target's scrape loop: it calls loop with a context that ends
+	// when this collector must stop scraping the target (another collector took it over), and
+	// returns when ctx ends. The collector's lease per engine is one (COLLECTOR_LEASE). Nil runs
+	// every loop until ctx ends.
+	Guard func(ctx context.Context, engine string, loop func(ctx context.Context)) error
 }
 
 // Scraper runs the scrape loops.
@@ -123,6 +128,11 @@ func New(targets []Target, pub Publisher, cfg Config) (*Scraper, error) {
 	return s, nil
 }
 
+// SetGuard sets Config.Guard; call it before Run.
+func (s *Scraper) SetGuard(g func(ctx context.Context, engine string, loop func(ctx context.Context)) error) {
+	s.cfg.Guard = g
+}
+
 // Run scrapes every target until ctx ends.
 func (s *Scraper) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
@@ -130,7 +140,13 @@ func (s *Scraper) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.loop(ctx, t)
+			if s.cfg.Guard == nil {
+				s.loop(ctx, t)
+				return
+			}
+			if err := s.cfg.Guard(ctx, t.name(), func(ctx context.Context) { s.loop(ctx, t) }); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Error("scrape guard failed; this collector no longer scrapes the engine", "engine", t.name(), "err", err)
+			}
 		}()
 	}
 	wg.Wait()

@@ -34,6 +34,9 @@ type PostableAlert struct {
 	// Fingerprint identifies the alert in the queue (a later state replaces a queued earlier
 	// one); Alertmanager computes its own from Labels.
 	Fingerprint string `json:"-"`
+	// Status is the alert's state, firing or resolved, for the record of deliveries (Alertmanager
+	// reads it from EndsAt).
+	Status string `json:"-"`
 }
 
 // AlertmanagerOptions configure [Alertmanagers].
@@ -50,6 +53,11 @@ type AlertmanagerOptions struct {
 	// Timeout bounds one POST (default 10 s).
 	Timeout time.Duration
 	Client  *http.Client
+	// Recorder, when set, gets one Delivery per state change (fingerprint, status, startsAt) and
+	// Alertmanager, when that Alertmanager first takes it: not every resend, and not the failed
+	// POSTs, which the next evaluation repeats (they are counted in the errors metric and logged).
+	// After a restart each current state change is recorded once more.
+	Recorder Recorder
 	// Registerer and Log are optional.
 	Registerer prometheus.Registerer
 	Log        *slog.Logger
@@ -67,6 +75,10 @@ type Alertmanagers struct {
 	mu    sync.Mutex
 	queue []PostableAlert
 	wake  chan struct{}
+
+	// recorded holds, per Alertmanager name and fingerprint, the state change last recorded.
+	recMu    sync.Mutex
+	recorded map[string]map[string]Key
 }
 
 type amTarget struct {
@@ -90,7 +102,8 @@ func NewAlertmanagers(opts AlertmanagerOptions) (*Alertmanagers, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	m := &Alertmanagers{opts: opts, metrics: newAMMetrics(opts.Registerer), wake: make(chan struct{}, 1)}
+	m := &Alertmanagers{opts: opts, metrics: newAMMetrics(opts.Registerer), wake: make(chan struct{}, 1),
+		recorded: map[string]map[string]Key{}}
 	seen := map[string]bool{}
 	for _, raw := range opts.URLs {
 		u, err := url.Parse(raw)
@@ -185,7 +198,7 @@ func (m *Alertmanagers) SendNow(ctx context.Context, alerts []PostableAlert) err
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			err := m.post(ctx, t, body)
+			code, err := m.post(ctx, t, body)
 			m.metrics.latency.WithLabelValues(t.name).Observe(time.Since(start).Seconds())
 			if err != nil {
 				m.metrics.errors.WithLabelValues(t.name).Add(float64(len(alerts)))
@@ -194,6 +207,8 @@ func (m *Alertmanagers) SendNow(ctx context.Context, alerts []PostableAlert) err
 				return
 			}
 			m.metrics.sent.WithLabelValues(t.name).Add(float64(len(alerts)))
+			m.record(ctx, t.name, alerts, Delivery{TS: start, Receiver: t.name, GroupKey: AlertmanagerPath,
+				Attempt: 1, OK: true, HTTPStatus: code, Duration: time.Since(start)})
 		}()
 	}
 	wg.Wait()
@@ -203,12 +218,62 @@ func (m *Alertmanagers) SendNow(ctx context.Context, alerts []PostableAlert) err
 	return errors.Join(errs...)
 }
 
-func (m *Alertmanagers) post(ctx context.Context, t amTarget, body []byte) error {
+// record writes one Delivery to the Recorder for the state changes among alerts that name has
+// not taken before (d carries the POST's outcome), and remembers them.
+func (m *Alertmanagers) record(ctx context.Context, name string, alerts []PostableAlert, d Delivery) {
+	if m.opts.Recorder == nil {
+		return
+	}
+	m.recMu.Lock()
+	seen := m.recorded[name]
+	if seen == nil {
+		seen = map[string]Key{}
+		m.recorded[name] = seen
+	}
+	var fresh []Key
+	for _, a := range alerts {
+		if a.Fingerprint == "" {
+			continue
+		}
+		k := Key{Receiver: name, Fingerprint: a.Fingerprint, Status: a.Status, StartsAt: a.StartsAt.UTC().Truncate(time.Microsecond)}
+		if seen[a.Fingerprint] != k {
+			seen[a.Fingerprint] = k
+			fresh = append(fresh, k)
+		}
+	}
+	m.recMu.Unlock()
+	if len(fresh) == 0 {
+		return
+	}
+	d.Status = "resolved"
+	for _, k := range fresh {
+		d.Fingerprints, d.Statuses, d.StartsAt = append(d.Fingerprints, k.Fingerprint), append(d.Statuses, k.Status), append(d.StartsAt, k.StartsAt)
+		if k.Status == "firing" {
+			d.Status = "firing"
+		}
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := m.opts.Recorder.RecordDelivery(rctx, d); err != nil {
+		// Forget them, so the next send records them again.
+		m.recMu.Lock()
+		for _, k := range fresh {
+			if seen[k.Fingerprint] == k {
+				delete(seen, k.Fingerprint)
+			}
+		}
+		m.recMu.Unlock()
+		m.metrics.recordFailures.WithLabelValues(name).Inc()
+		m.opts.Log.Error("record alertmanager delivery", "alertmanager", name, "err", err)
+	}
+}
+
+func (m *Alertmanagers) post(ctx context.Context, t amTarget, body []byte) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("build request: %w", err)
+		return 0, fmt.Errorf("build request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "servescope-detector")
@@ -219,21 +284,22 @@ func (m *Alertmanagers) post(ctx context.Context, t amTarget, body []byte) error
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return fmt.Errorf("POST %s%s: %w", t.name, AlertmanagerPath, err)
+		return 0, fmt.Errorf("POST %s%s: %w", t.name, AlertmanagerPath, err)
 	}
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	_ = resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("POST %s%s: HTTP %d: %s", t.name, AlertmanagerPath, resp.StatusCode, strings.TrimSpace(string(msg)))
+		return resp.StatusCode, fmt.Errorf("POST %s%s: HTTP %d: %s", t.name, AlertmanagerPath, resp.StatusCode, strings.TrimSpace(string(msg)))
 	}
-	return nil
+	return resp.StatusCode, nil
 }
 
 type amMetrics struct {
-	sent, errors *prometheus.CounterVec
-	dropped      prometheus.Counter
-	queueLength  prometheus.Gauge
-	latency      *prometheus.HistogramVec
+	sent, errors   *prometheus.CounterVec
+	recordFailures *prometheus.CounterVec
+	dropped        prometheus.Counter
+	queueLength    prometheus.Gauge
+	latency        *prometheus.HistogramVec
 }
 
 func newAMMetrics(reg prometheus.Registerer) *amMetrics {
@@ -245,6 +311,10 @@ func newAMMetrics(reg prometheus.Registerer) *amMetrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "servescope_detector_alertmanager_alerts_errors_total",
 			Help: "Alerts in POSTs to an Alertmanager that failed (no answer or not 2xx); the next evaluation sends them again.",
+		}, []string{"alertmanager"}),
+		recordFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "servescope_detector_alertmanager_record_failures_total",
+			Help: "State changes an Alertmanager took that could not be written to alert_deliveries.",
 		}, []string{"alertmanager"}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "servescope_detector_alertmanager_alerts_dropped_total",
@@ -261,7 +331,7 @@ func newAMMetrics(reg prometheus.Registerer) *amMetrics {
 		}, []string{"alertmanager"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.sent, m.errors, m.dropped, m.queueLength, m.latency)
+		reg.MustRegister(m.sent, m.errors, m.recordFailures, m.dropped, m.queueLength, m.latency)
 	}
 	return m
 }

@@ -137,3 +137,64 @@ func TestNewAlertmanagersRejectsBadURLs(t *testing.T) {
 		}
 	}
 }
+
+// flakyRecorder is a memRecorder that fails while fail is set.
+type flakyRecorder struct {
+	memRecorder
+	fail bool
+}
+
+func (r *flakyRecorder) RecordDelivery(ctx context.Context, d Delivery) error {
+	if r.fail {
+		return io.ErrUnexpectedEOF
+	}
+	return r.memRecorder.RecordDelivery(ctx, d)
+}
+
+// Deliveries to Alertmanager are recorded per state change, when an Alertmanager first takes it:
+// resends of the same firing add no row, the resolution adds one, a refused POST none, and a
+// state change whose record failed is recorded at the next send.
+func TestAlertmanagersRecordStateChangesOnly(t *testing.T) {
+	ok, broken := newAMStub(t, http.StatusOK), newAMStub(t, http.StatusInternalServerError)
+	rec := &flakyRecorder{}
+	m, err := NewAlertmanagers(AlertmanagerOptions{URLs: []string{ok.srv.URL, broken.srv.URL}, Recorder: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	firing := amAlert("a", "m1", t0.Add(2*time.Minute))
+	firing.Status = "firing"
+	send := func(alerts ...PostableAlert) {
+		t.Helper()
+		if err := m.SendNow(context.Background(), alerts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(firing)
+	send(firing)
+	rec.fail = true
+	other := amAlert("b", "m2", t0.Add(2*time.Minute))
+	other.Status = "firing"
+	send(firing, other)
+	rec.fail = false
+	send(firing, other)
+	resolved := firing
+	resolved.Status, resolved.EndsAt = "resolved", t0.Add(time.Minute)
+	send(resolved, other)
+	send(resolved, other)
+
+	var got []string
+	for _, d := range rec.all() {
+		if d.Receiver != ok.srv.URL || !d.OK || d.HTTPStatus != http.StatusOK {
+			t.Errorf("row %+v: want %s's 200", d, ok.srv.URL)
+		}
+		for i := range d.Fingerprints {
+			if !d.StartsAt[i].Equal(t0) {
+				t.Errorf("row %+v: startsAt %s, want %s", d, d.StartsAt[i], t0)
+			}
+			got = append(got, d.Status+":"+d.Fingerprints[i]+"="+d.Statuses[i])
+		}
+	}
+	if want := "firing:a=firing firing:b=firing resolved:a=resolved"; strings.Join(got, " ") != want {
+		t.Fatalf("recorded %q, want %q", strings.Join(got, " "), want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -42,6 +43,20 @@ type Config struct {
 	EvalDelay time.Duration `env:"DETECTOR_EVAL_DELAY" envDefault:"10s"`
 	// ExternalURL is where the detector is reachable, sent as the messages' externalURL.
 	ExternalURL string `env:"DETECTOR_EXTERNAL_URL"`
+	// Lease makes this detector one of several with the same settings of which one at a time
+	// works: the holder of the lease DETECTOR_LEASE_KEY in the bucket the setup step made on NATS
+	// (SERVESCOPE_NATS_*, SERVESCOPE_SUBJECT_PREFIX) evaluates, keeps the alerts table and sends;
+	// the others stand by and take over within about 1¼ × SERVESCOPE_LEASE_TTL of its death
+	// (package internal/lease). Needed with webhook receivers, which would otherwise get every
+	// notification from each detector; detectors that send only to Alertmanager can all run
+	// without it (Alertmanager de-duplicates).
+	Lease bool `env:"DETECTOR_LEASE"`
+	// LeaseKey is the lease's key: detectors sharing it are one group.
+	LeaseKey string `env:"DETECTOR_LEASE_KEY" envDefault:"detector"`
+	// Instance names this detector as a lease holder (default: host name and process id).
+	Instance string `env:"DETECTOR_INSTANCE"`
+	// NATS is where the lease bucket lives (read only with Lease).
+	NATS config.NATS
 }
 
 // Validate checks the detector's own settings.
@@ -63,11 +78,17 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("DETECTOR_ALERTMANAGER_URLS: %q is not an http(s) URL", redactedHost(u)))
 		}
 	}
+	if c.Lease && !leaseKeyRE.MatchString(c.LeaseKey) {
+		errs = append(errs, fmt.Errorf("DETECTOR_LEASE_KEY: %q must be letters, digits, '-', '_', '=' or '.' (a NATS key)", c.LeaseKey))
+	}
 	if c.AlertmanagerTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("DETECTOR_ALERTMANAGER_TIMEOUT: must be positive, got %s", c.AlertmanagerTimeout))
 	}
 	return errors.Join(errs...)
 }
+
+// leaseKeyRE is what nats.go accepts as a key-value key.
+var leaseKeyRE = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
 
 func redactedHost(u string) string {
 	if i := strings.IndexAny(u, "?@"); i >= 0 {

@@ -67,7 +67,8 @@ func New(cfg Config, conn driver.Conn, defs []*rules.Definition, reg *prometheus
 	var resend alerting.NotifyFunc
 	if len(cfg.AlertmanagerURLs) > 0 {
 		d.alertmanagers, err = notify.NewAlertmanagers(notify.AlertmanagerOptions{
-			URLs: cfg.AlertmanagerURLs, Timeout: cfg.AlertmanagerTimeout, Registerer: reg, Log: log,
+			URLs: cfg.AlertmanagerURLs, Timeout: cfg.AlertmanagerTimeout, Recorder: notify.CHRecorder{Conn: conn},
+			Registerer: reg, Log: log,
 		})
 		if err != nil {
 			return nil, err
@@ -240,9 +241,15 @@ func (d *Detector) sendAlertmanagers(_ context.Context, _ time.Time, alerts []*a
 	d.alertmanagers.Send(out...)
 }
 
+// resendDelay is Prometheus's default --rules.alert.resend-delay, the least period its firing
+// alerts' validity is counted in.
+const resendDelay = time.Minute
+
 // alertValidity is how long past a send a firing alert stays firing at Alertmanager without
-// another send: four evaluation intervals, as Prometheus allows (its rules/alerting.go
-// sendAlerts), so that up to three lost evaluations or POSTs do not resolve it.
+// another send: four times the longer of its evaluation interval and resendDelay, as Prometheus
+// allows (its rules/alerting.go sendAlerts), so that up to three lost evaluations or POSTs — or
+// evaluations slowed on a loaded server — do not resolve it. Four short intervals alone (8 s at
+// a 2 s interval) let Alertmanager resolve and re-fire an alert whenever one evaluation ran late.
 func (d *Detector) alertValidity(a *alerting.Alert) time.Duration {
 	iv := d.cfg.Interval
 	for _, r := range d.rules {
@@ -250,7 +257,7 @@ func (d *Detector) alertValidity(a *alerting.Alert) time.Duration {
 			iv = r.Definition().Interval.D()
 		}
 	}
-	return 4 * iv
+	return 4 * max(iv, resendDelay)
 }
 
 // ToAlertmanager converts an alert to the form Alertmanager's /api/v2/alerts takes, as sent at
@@ -258,9 +265,9 @@ func (d *Detector) alertValidity(a *alerting.Alert) time.Duration {
 // endsAt is now + validFor, a resolved one's the evaluation that resolved it.
 func ToAlertmanager(a *alerting.Alert, externalURL string, now time.Time, validFor time.Duration) notify.PostableAlert {
 	p := notify.PostableAlert{Labels: a.Labels, Annotations: a.Annotations, StartsAt: a.FiredAt.UTC(),
-		EndsAt: now.Add(validFor).UTC(), Fingerprint: a.Fingerprint}
+		EndsAt: now.Add(validFor).UTC(), Fingerprint: a.Fingerprint, Status: "firing"}
 	if a.Resolved() {
-		p.EndsAt = a.ResolvedAt.UTC()
+		p.EndsAt, p.Status = a.ResolvedAt.UTC(), "resolved"
 	}
 	if externalURL != "" {
 		p.GeneratorURL = externalURL + "/rules#" + a.Rule
