@@ -3,6 +3,7 @@ package demo
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -48,14 +49,19 @@ type NamedPort struct {
 	Port int
 }
 
-// CheckFree fails, naming the port and its use, when one of p cannot be bound on 127.0.0.1.
+// CheckFree fails, naming every port of p that cannot be bound on 127.0.0.1 and its use.
 func (p Ports) CheckFree() error {
+	var errs []error
 	for _, np := range p.List() {
 		ln, err := net.Listen("tcp", addr(np.Port))
 		if err != nil {
-			return fmt.Errorf("port %d (%s) is taken: %w; stop what uses it or pick other ports with SERVESCOPE_DEMO_PORT_BASE", np.Port, np.Use, err)
+			errs = append(errs, fmt.Errorf("port %d (%s) is taken: %w", np.Port, np.Use, err))
+			continue
 		}
 		ln.Close()
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w; stop what uses them or pick other ports with SERVESCOPE_DEMO_PORT_BASE", errors.Join(errs...))
 	}
 	return nil
 }
