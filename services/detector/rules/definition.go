@@ -30,11 +30,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"net/url"
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -259,7 +261,7 @@ func (d *Definition) validate() error {
 			return keyErrorf(key, "rule %s: interval, for and keep_firing_for must not be negative", d.Name)
 		}
 	}
-	for _, k := range sortedKeys(d.Labels) {
+	for _, k := range slices.Sorted(maps.Keys(d.Labels)) {
 		if !labelRE.MatchString(k) || strings.HasPrefix(k, "__") {
 			return keyErrorf("labels."+k, "rule %s: label name %q: must match %s and not start with __", d.Name, k, labelRE)
 		}
@@ -290,7 +292,7 @@ func (d *Definition) validate() error {
 	if d.Severity == "" {
 		d.Severity = "warning"
 	}
-	for _, k := range sortedKeys(d.Params) {
+	for _, k := range slices.Sorted(maps.Keys(d.Params)) {
 		v := d.Params[k]
 		if !paramRE.MatchString(k) || reservedParams[k] {
 			return keyErrorf("params."+k, "rule %s: parameter name %q is not allowed", d.Name, k)
@@ -326,15 +328,6 @@ func (d *Definition) checkTemplates() error {
 		}
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // expandQuery applies the macros. Only SQL text with parameter references is produced.

@@ -188,8 +188,8 @@ func Parse(path string, data []byte) (*File, error) {
 	if f.EvaluationInterval == 0 {
 		f.EvaluationInterval = rules.Duration(30 * time.Second)
 	}
-	if f.EvaluationInterval < 0 {
-		return nil, fmt.Errorf("test file %s: evaluation_interval must be positive", path)
+	if f.EvaluationInterval.D() < time.Second {
+		return nil, fmt.Errorf("test file %s: evaluation_interval %s: want at least 1s, as DETECTOR_INTERVAL", path, f.EvaluationInterval.D())
 	}
 	if len(f.Tests) == 0 {
 		return nil, fmt.Errorf("test file %s: no tests", path)

@@ -13,7 +13,6 @@ import (
 
 	builtin "github.com/servescope/servescope/deploy/detector"
 	"github.com/servescope/servescope/dev/testenv"
-	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/services/detector/rules"
 	"github.com/servescope/servescope/services/detector/rulestest"
 )
@@ -22,16 +21,8 @@ import (
 // unreachable server does when it does not answer.
 func options(t *testing.T) rulestest.Options {
 	t.Helper()
-	cfg := testenv.ClickHouseConfig(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin := cfg
-	admin.Database = "default"
-	conn, err := chstore.Open(ctx, admin)
-	if err != nil {
-		testenv.Unavailable(t, "ClickHouse: %v", err)
-	}
-	_ = conn.Close()
+	// The runner makes its own databases; this one only proves the server answers.
+	_, cfg := testenv.ClickHouse(t)
 	defs, err := rules.Load(builtin.Rules, builtin.RulesDir)
 	if err != nil {
 		t.Fatal(err)
@@ -55,9 +46,12 @@ func builtinTest(t *testing.T, rule string) *rulestest.File {
 
 // Every built-in rule has a test file that sees it fire and resolve, and the file passes.
 func TestBuiltinRulesPassTheirTests(t *testing.T) {
+	t.Parallel()
 	opts := options(t)
 	for _, d := range opts.Builtin {
 		t.Run(d.Name, func(t *testing.T) {
+			// The time goes into ClickHouse's queries, which overlap well.
+			t.Parallel()
 			f := builtinTest(t, d.Name)
 			states := map[string]bool{}
 			for _, c := range f.Tests {
@@ -90,6 +84,7 @@ func TestBuiltinRulesPassTheirTests(t *testing.T) {
 // A wrong expectation fails, and the message says where (file, line, test, rule, time) and how the
 // alerts differ from the expected ones.
 func TestWrongExpectationFailsWithADiff(t *testing.T) {
+	t.Parallel()
 	opts := options(t)
 	data, err := fs.ReadFile(builtin.Tests, path.Join(builtin.TestsDir, "server_errors.yaml"))
 	if err != nil {
@@ -130,6 +125,7 @@ func TestWrongExpectationFailsWithADiff(t *testing.T) {
 
 // A user's test file names its rule files relative to itself; a wrong annotation fails.
 func TestUserRuleFileAndAnnotations(t *testing.T) {
+	t.Parallel()
 	opts := options(t)
 	dir := t.TempDir()
 	write := func(name, text string) string {

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -32,6 +34,9 @@ type Options struct {
 	// Log receives the engine's log (alert state changes); nil discards it.
 	Log *slog.Logger
 }
+
+// maxEvaluations bounds the evaluations of one rule in one test (a day at 10 s).
+const maxEvaluations = 8640
 
 // DatabasePrefix starts the name of every database the runner creates.
 const DatabasePrefix = "servescope_rulestest_"
@@ -97,6 +102,9 @@ func runCase(ctx context.Context, f *File, c *Case, byName map[string]*rules.Def
 			return nil, 0, fmt.Errorf("%s: no rule named %s among %s", where(e.Line), e.Rule, ruleNames(byName))
 		}
 		iv := interval(d, f)
+		if e.At.D()/iv > maxEvaluations {
+			return nil, 0, fmt.Errorf("%s: at %s is %d evaluations of rule %s after 0s; a test runs at most %d", where(e.Line), e.At.D(), e.At.D()/iv, e.Rule, maxEvaluations)
+		}
 		if e.At.D()%iv != 0 {
 			return nil, 0, fmt.Errorf("%s: at %s is not an evaluation of rule %s (every %s from 0s)", where(e.Line), e.At.D(), e.Rule, iv)
 		}
@@ -215,7 +223,7 @@ func compare(want []Alert, got []*alerting.Alert) string {
 				continue
 			}
 			used[i], found = true, true
-			for _, k := range sortedKeys(w.Annotations) {
+			for _, k := range slices.Sorted(maps.Keys(w.Annotations)) {
 				if h.ann[k] != w.Annotations[k] {
 					wrong = append(wrong, fmt.Sprintf("    %s %s: annotation %s is %q, want %q", h.state, h.labels, k, h.ann[k], w.Annotations[k]))
 				}
@@ -258,20 +266,11 @@ func compare(want []Alert, got []*alerting.Alert) string {
 // labelText writes labels as Prometheus does, {a="1", b="2"} sorted, without alertname.
 func labelText(labels map[string]string) string {
 	var parts []string
-	for _, k := range sortedKeys(labels) {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		if k == "alertname" {
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s=%q", k, labels[k]))
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

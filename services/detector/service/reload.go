@@ -133,7 +133,7 @@ func (d *Detector) install(rs []*alerting.Rule, gs []*alerting.Group) {
 		}
 	}
 	d.rules, d.groups = rs, gs
-	d.log.Info("rules reloaded", "rules", len(rs), "state_kept", kept, "groups", len(gs))
+	d.log.Info("rules installed", "rules", len(rs), "state_kept", kept, "groups", len(gs))
 }
 
 // runGroups evaluates the groups, each on its interval, until ctx ends, and puts in the groups of
@@ -234,7 +234,7 @@ func (d *Detector) reloadFrom(ctx context.Context, dir, why string) {
 	}
 	d.reloads.lastOK.Set(1)
 	d.reloads.lastOKTime.SetToCurrentTime()
-	d.log.Info("rule reload", "trigger", why, "rules", len(defs))
+	d.log.Info("rules reloaded", "trigger", why, "rules", len(defs))
 }
 
 // notifyHUP registers for SIGHUP; stop releases it.
