@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,8 +22,9 @@ import (
 type reloadState struct {
 	// swaps carries a reload's rules to runGroups, which installs them between evaluations.
 	swaps chan swap
-	// running is true while runGroups runs; without it Reload installs the rules itself.
-	running atomic.Bool
+	// running is true while runGroups runs; without it Reload installs the rules itself. Guarded
+	// by the detector's mu, so that a reload never installs groups that runGroups does not run.
+	running bool
 
 	reloads, failures  prometheus.Counter
 	lastOK, lastOKTime prometheus.Gauge
@@ -94,7 +94,12 @@ func (d *Detector) Reload(ctx context.Context, defs []*rules.Definition) error {
 	if err != nil {
 		return err
 	}
-	if d.reloads.running.Load() {
+	d.mu.Lock()
+	if !d.reloads.running {
+		d.installLocked(rs, gs)
+		d.mu.Unlock()
+	} else {
+		d.mu.Unlock()
 		sw := swap{rules: rs, groups: gs, done: make(chan struct{})}
 		select {
 		case d.reloads.swaps <- sw:
@@ -102,17 +107,14 @@ func (d *Detector) Reload(ctx context.Context, defs []*rules.Definition) error {
 			return ctx.Err()
 		}
 		<-sw.done
-	} else {
-		d.install(rs, gs)
 	}
 	d.reloads.loaded.Set(float64(len(rs)))
 	return nil
 }
 
-// install makes rs and gs the detector's rules, moving the state of the rules they replace.
-func (d *Detector) install(rs []*alerting.Rule, gs []*alerting.Group) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// installLocked makes rs and gs the detector's rules, moving the state of the rules they replace.
+// The caller holds d.mu.
+func (d *Detector) installLocked(rs []*alerting.Rule, gs []*alerting.Group) {
 	old := map[string]*alerting.Rule{}
 	for _, r := range d.rules {
 		old[r.Identity()] = r
@@ -139,12 +141,19 @@ func (d *Detector) install(rs []*alerting.Rule, gs []*alerting.Group) {
 // runGroups evaluates the groups, each on its interval, until ctx ends, and puts in the groups of
 // a reload between two evaluations.
 func (d *Detector) runGroups(ctx context.Context) {
-	d.reloads.running.Store(true)
-	defer d.reloads.running.Store(false)
+	d.mu.Lock()
+	d.reloads.running = true
+	groups := d.groups
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.reloads.running = false
+		d.mu.Unlock()
+	}()
 	for {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
-		for _, g := range d.Groups() {
+		for _, g := range groups {
 			wg.Add(1)
 			go func() { defer wg.Done(); g.RunUntil(ctx, stop, d.cfg.EvalDelay) }()
 		}
@@ -156,7 +165,10 @@ func (d *Detector) runGroups(ctx context.Context) {
 		case sw := <-d.reloads.swaps:
 			close(stop)
 			wg.Wait()
-			d.install(sw.rules, sw.groups)
+			d.mu.Lock()
+			d.installLocked(sw.rules, sw.groups)
+			groups = d.groups
+			d.mu.Unlock()
 			close(sw.done)
 		}
 	}
