@@ -1,5 +1,6 @@
 // Package detector holds the detector's built-in rules (rules/*.yaml: SQL plus metadata), embedded so
-// the binary needs no files on disk. services/detector loads them and then DETECTOR_RULES_DIR.
+// the binary needs no files on disk, and their unit tests (tests/*.yaml, run by `servescope rules
+// test`). services/detector loads the rules and then DETECTOR_RULES_DIR.
 package detector
 
 import "embed"
@@ -11,3 +12,14 @@ var Rules embed.FS
 
 // RulesDir is the directory of the rule files inside [Rules].
 const RulesDir = "rules"
+
+// Tests holds the built-in rules' unit tests under "tests/", one file per rule, named as it.
+//
+//go:embed tests/*.yaml
+var Tests embed.FS
+
+// TestsDir is the directory of the test files inside [Tests].
+const TestsDir = "tests"
+
+// RepoDir is where the files of [Rules] and [Tests] are in the repository, to name them in messages.
+const RepoDir = "deploy/detector"

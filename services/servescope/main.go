@@ -43,7 +43,7 @@ func newRootCmd() *cobra.Command {
 		Use:   "servescope",
 		Short: "servescope operator CLI: setup (ClickHouse schema, JetStream streams) and investigations over the recorded requests",
 	}
-	root.AddCommand(newMigrateCmd(), newStreamsCmd(), newHealthcheckCmd(), newAccessCmd())
+	root.AddCommand(newMigrateCmd(), newStreamsCmd(), newRulesCmd(), newHealthcheckCmd(), newAccessCmd())
 	for _, add := range extraCommands {
 		root.AddCommand(add())
 	}

@@ -125,11 +125,17 @@ func (g *Group) Restore(ctx context.Context, alerts []*Alert) error {
 
 // Run evaluates the group at every multiple of Interval (offset by delay behind the wall clock, so
 // that events still in the pipeline are counted) until ctx ends.
-func (g *Group) Run(ctx context.Context, delay time.Duration) {
+func (g *Group) Run(ctx context.Context, delay time.Duration) { g.RunUntil(ctx, nil, delay) }
+
+// RunUntil is Run that also returns once stop is closed; an evaluation under way when it closes
+// finishes first (a rule reload replaces the group without cutting a query short).
+func (g *Group) RunUntil(ctx context.Context, stop <-chan struct{}, delay time.Duration) {
 	for {
 		next := time.Now().Truncate(g.Interval).Add(g.Interval)
 		select {
 		case <-ctx.Done():
+			return
+		case <-stop:
 			return
 		case <-time.After(time.Until(next)):
 		}

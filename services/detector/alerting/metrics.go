@@ -46,6 +46,17 @@ func (m *Metrics) observeEval(rule string, d time.Duration, err error) {
 	}
 }
 
+// Forget drops the series of a rule that a reload removed.
+func (m *Metrics) Forget(rule string) {
+	if m == nil {
+		return
+	}
+	l := prometheus.Labels{"rule": rule}
+	m.evalDuration.DeletePartialMatch(l)
+	m.evalFailures.DeletePartialMatch(l)
+	m.alerts.DeletePartialMatch(l)
+}
+
 func (m *Metrics) setAlerts(rs []*Rule) {
 	if m == nil {
 		return

@@ -3,6 +3,8 @@ package alerting
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -188,6 +190,37 @@ func (r *Rule) Restore(a *Alert) error {
 	defer r.mu.Unlock()
 	r.active[a.Fingerprint] = a.clone()
 	return nil
+}
+
+// Identity is what makes two versions of a rule the same rule across a reload: its name,
+// severity and labels, which make its alerts' fingerprints. A rule whose query, thresholds, hold
+// or texts changed keeps its identity, as a Prometheus rule keeps its state across a reload when
+// its name and labels stay.
+func (r *Rule) Identity() string {
+	keys := make([]string, 0, len(r.def.Labels))
+	for k := range r.def.Labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString(r.def.Name + "\x00" + r.def.Severity)
+	for _, k := range keys {
+		b.WriteString("\x00" + k + "=" + r.def.Labels[k])
+	}
+	return b.String()
+}
+
+// TakeState moves old's alerts (pending, firing, recently resolved, with when they were last
+// sent) into r, which replaces old after a reload: a firing alert stays firing and is not
+// notified again. old must not be evaluated any more.
+func (r *Rule) TakeState(old *Rule) {
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for fp, a := range old.active {
+		r.active[fp] = a.clone()
+	}
 }
 
 // markSent records that the alert with fp was handed to the notifier at ts.

@@ -27,12 +27,18 @@ package rules
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
+	"math"
 	"net/url"
+	"os"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/template"
 	"time"
@@ -80,6 +86,8 @@ type Definition struct {
 	Query string `yaml:"query"`
 	// Source is the file the rule was read from.
 	Source string `yaml:"-"`
+	// lines maps a key ("query", "params.ratio") to its line in Source, for errors.
+	lines map[string]int
 }
 
 // Baseline describes the comparison period. The default is the previous 24 h ending 1 h before the
@@ -127,42 +135,143 @@ var reservedParams = map[string]bool{
 	"window_s": true, "baseline_slice_s": true, "baseline_s": true,
 }
 
-// Parse reads one rule file. source names it in errors.
+// FileError is a rule file's error with where it is: the file and, when known, the line of the
+// YAML key it concerns (for an SQL error, the `query` key's line).
+type FileError struct {
+	// File is the rule file as it was named when loaded.
+	File string
+	// Line is 1-based; 0 when the error is about the file as a whole.
+	Line int
+	// Key is the YAML key the error concerns ("query", "params.ratio"), empty when unknown.
+	Key string
+	Err error
+}
+
+func (e *FileError) Error() string {
+	where := "rule file " + e.File
+	if e.Line > 0 {
+		where += ":" + strconv.Itoa(e.Line)
+	}
+	if e.Key != "" {
+		return where + ": " + e.Key + ": " + e.Err.Error()
+	}
+	return where + ": " + e.Err.Error()
+}
+
+func (e *FileError) Unwrap() error { return e.Err }
+
+// keyError is a validation error about one YAML key; Parse turns it into a FileError with the
+// key's line.
+type keyError struct {
+	key string
+	err error
+}
+
+func (e *keyError) Error() string { return e.key + ": " + e.err.Error() }
+
+func keyErrorf(key, format string, args ...any) error {
+	return &keyError{key: key, err: fmt.Errorf(format, args...)}
+}
+
+// yamlLineRE finds the line go-yaml puts in its messages ("yaml: line 3: ...", "line 3: field x
+// not found").
+var yamlLineRE = regexp.MustCompile(`line (\d+)`)
+
+// Parse reads one rule file. source names it in errors, which are [*FileError]s.
 func Parse(source string, data []byte) (*Definition, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, yamlError(source, err)
+	}
 	var d Definition
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&d); err != nil {
-		return nil, fmt.Errorf("rule file %s: %w", source, err)
+		return nil, yamlError(source, err)
 	}
 	d.Source = source
+	d.lines = keyLines(&root)
 	if err := d.validate(); err != nil {
-		return nil, fmt.Errorf("rule file %s: %w", source, err)
+		fe := &FileError{File: source, Err: err}
+		var ke *keyError
+		if errors.As(err, &ke) {
+			fe.Key, fe.Err, fe.Line = ke.key, ke.err, d.Line(ke.key)
+		}
+		return nil, fe
 	}
 	return &d, nil
 }
 
+func yamlError(source string, err error) *FileError {
+	fe := &FileError{File: source, Err: err}
+	if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
+		fe.Line, _ = strconv.Atoi(m[1])
+	}
+	return fe
+}
+
+// Line returns the line of a key of the rule's file ("query", "params.ratio"; a nested key falls
+// back to its parent's line), or 0 when the rule did not come from Parse.
+func (d *Definition) Line(key string) int {
+	for k := key; k != ""; {
+		if l, ok := d.lines[k]; ok {
+			return l
+		}
+		i := strings.LastIndexByte(k, '.')
+		if i < 0 {
+			break
+		}
+		k = k[:i]
+	}
+	return 0
+}
+
+// keyLines maps the document's top-level keys, and the keys of its mappings one level down
+// ("params.ratio"), to their lines.
+func keyLines(root *yaml.Node) map[string]int {
+	lines := map[string]int{}
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	if n.Kind != yaml.MappingNode {
+		return lines
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		lines[k.Value] = k.Line
+		if v.Kind == yaml.MappingNode {
+			for j := 0; j+1 < len(v.Content); j += 2 {
+				lines[k.Value+"."+v.Content[j].Value] = v.Content[j].Line
+			}
+		}
+	}
+	return lines
+}
+
 func (d *Definition) validate() error {
 	if !nameRE.MatchString(d.Name) {
-		return fmt.Errorf("name %q: must match %s", d.Name, nameRE)
+		return keyErrorf("name", "%q must match %s", d.Name, nameRE)
 	}
 	if d.Window <= 0 {
-		return fmt.Errorf("rule %s: window must be positive", d.Name)
+		return keyErrorf("window", "rule %s: window must be positive", d.Name)
 	}
-	if d.Interval < 0 || d.For < 0 || d.KeepFiringFor < 0 {
-		return fmt.Errorf("rule %s: interval, for and keep_firing_for must not be negative", d.Name)
+	for key, v := range map[string]Duration{"interval": d.Interval, "for": d.For, "keep_firing_for": d.KeepFiringFor} {
+		if v < 0 {
+			return keyErrorf(key, "rule %s: interval, for and keep_firing_for must not be negative", d.Name)
+		}
 	}
-	for k := range d.Labels {
+	for _, k := range slices.Sorted(maps.Keys(d.Labels)) {
 		if !labelRE.MatchString(k) || strings.HasPrefix(k, "__") {
-			return fmt.Errorf("rule %s: label name %q: must match %s and not start with __", d.Name, k, labelRE)
+			return keyErrorf("labels."+k, "rule %s: label name %q: must match %s and not start with __", d.Name, k, labelRE)
 		}
 		if k == "alertname" || k == "severity" {
-			return fmt.Errorf("rule %s: label %s is set from the rule's name and severity, not from labels", d.Name, k)
+			return keyErrorf("labels."+k, "rule %s: label %s is set from the rule's name and severity, not from labels", d.Name, k)
 		}
 	}
 	if d.RunbookURL != "" {
 		if u, err := url.Parse(d.RunbookURL); err != nil || u.Scheme == "" || u.Host == "" {
-			return fmt.Errorf("rule %s: runbook_url %q: want an absolute URL", d.Name, d.RunbookURL)
+			return keyErrorf("runbook_url", "rule %s: runbook_url %q: want an absolute URL", d.Name, d.RunbookURL)
 		}
 	}
 	if d.Baseline.Length == 0 {
@@ -175,33 +284,47 @@ func (d *Definition) validate() error {
 		d.Baseline.Slice = d.Window
 	}
 	if d.Baseline.Days < 0 || d.Baseline.Length < 0 || d.Baseline.Offset < 0 {
-		return fmt.Errorf("rule %s: baseline days, length and offset must not be negative", d.Name)
+		return keyErrorf("baseline", "rule %s: baseline days, length and offset must not be negative", d.Name)
 	}
 	if d.Baseline.Days > 0 && d.Baseline.Slice.D() >= 24*time.Hour {
-		return fmt.Errorf("rule %s: baseline slice must be shorter than a day", d.Name)
+		return keyErrorf("baseline.slice", "rule %s: baseline slice must be shorter than a day", d.Name)
 	}
 	if d.Severity == "" {
 		d.Severity = "warning"
 	}
-	for k, v := range d.Params {
+	for _, k := range slices.Sorted(maps.Keys(d.Params)) {
+		v := d.Params[k]
 		if !paramRE.MatchString(k) || reservedParams[k] {
-			return fmt.Errorf("rule %s: parameter name %q is not allowed", d.Name, k)
+			return keyErrorf("params."+k, "rule %s: parameter name %q is not allowed", d.Name, k)
 		}
 		switch v.(type) {
 		case int, int64, float64, string, bool:
 		default:
-			return fmt.Errorf("rule %s: parameter %s: want a number, string or bool, got %T", d.Name, k, v)
+			return keyErrorf("params."+k, "rule %s: parameter %s: want a number, string or bool, got %T", d.Name, k, v)
 		}
 	}
 	if strings.TrimSpace(d.Query) == "" {
-		return fmt.Errorf("rule %s: query is empty", d.Name)
+		return keyErrorf("query", "rule %s: query is empty", d.Name)
 	}
 	if _, err := d.expandQuery(); err != nil {
-		return err
+		return &keyError{key: "query", err: err}
+	}
+	return d.checkTemplates()
+}
+
+// checkTemplates parses the summary and description and renders them for sample rows (with and
+// without labels, a known and an unknown baseline), so that a misspelt field (.Valeu) or a
+// function misused is refused when the file is loaded, not when the alert first fires.
+func (d *Definition) checkTemplates() error {
+	samples := []Sample{
+		{Labels: map[string]string{}, Value: 1, Baseline: math.NaN(), Threshold: 1, Firing: true},
+		{Labels: map[string]string{"model": "m", "app": "a"}, Value: 0.5, Baseline: 0.25, Threshold: 0.4, Firing: true, BaselineOK: true},
 	}
 	for _, t := range []struct{ name, text string }{{"summary", d.Summary}, {"description", d.Description}} {
-		if _, err := template.New(t.name).Option("missingkey=zero").Funcs(textFuncs).Parse(t.text); err != nil {
-			return fmt.Errorf("rule %s: %s template: %w", d.Name, t.name, err)
+		for _, s := range samples {
+			if _, err := d.render(t.name, t.text, s); err != nil {
+				return &keyError{key: t.name, err: err}
+			}
 		}
 	}
 	return nil
@@ -256,6 +379,15 @@ func checkColumn(col string) error {
 		return fmt.Errorf("macro argument %q is not a column name", col)
 	}
 	return nil
+}
+
+// ParseFile reads and parses one rule file from disk.
+func ParseFile(path string) (*Definition, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &FileError{File: path, Err: err}
+	}
+	return Parse(path, data)
 }
 
 // Load reads every *.yaml / *.yml file directly in dir of fsys, sorted by name.

@@ -164,9 +164,6 @@ var textFuncs = template.FuncMap{
 		}
 		return strconv.FormatFloat(v, 'f', 3, 64)
 	},
-	// label is replaced per row in Render (a label's value, or "(none)"); this entry lets rule
-	// files be checked at load time.
-	"label": func(string) string { return "" },
 	// pct formats a fraction as a percentage.
 	"pct": func(v float64) string {
 		if math.IsNaN(v) {
@@ -178,6 +175,17 @@ var textFuncs = template.FuncMap{
 
 // Render fills the rule's summary and description for one row.
 func (d *Definition) Render(s Sample) (summary, description string, err error) {
+	if summary, err = d.render("summary", d.Summary, s); err != nil {
+		return "", "", err
+	}
+	if description, err = d.render("description", d.Description, s); err != nil {
+		return "", "", err
+	}
+	return summary, description, nil
+}
+
+// render fills one template (the summary or the description) for one row.
+func (d *Definition) render(name, text string, s Sample) (string, error) {
 	data := TemplateData{Rule: d.Name, Labels: s.Labels, Value: s.Value, Baseline: s.Baseline,
 		Threshold: s.Threshold, BaselineOK: s.BaselineOK, Params: d.Params}
 	// label names a label's value, or "(none)" when the row has it empty or not at all, so a
@@ -188,22 +196,13 @@ func (d *Definition) Render(s Sample) (summary, description string, err error) {
 		}
 		return "(none)"
 	}}
-	render := func(name, text string) (string, error) {
-		t, err := template.New(name).Option("missingkey=zero").Funcs(textFuncs).Funcs(label).Parse(text)
-		if err != nil {
-			return "", err
-		}
-		var b bytes.Buffer
-		if err := t.Execute(&b, data); err != nil {
-			return "", fmt.Errorf("rule %s: render %s: %w", d.Name, name, err)
-		}
-		return b.String(), nil
+	t, err := template.New(name).Option("missingkey=zero").Funcs(textFuncs).Funcs(label).Parse(text)
+	if err != nil {
+		return "", fmt.Errorf("rule %s: %s template: %w", d.Name, name, err)
 	}
-	if summary, err = render("summary", d.Summary); err != nil {
-		return "", "", err
+	var b bytes.Buffer
+	if err := t.Execute(&b, data); err != nil {
+		return "", fmt.Errorf("rule %s: render %s: %w", d.Name, name, err)
 	}
-	if description, err = render("description", d.Description); err != nil {
-		return "", "", err
-	}
-	return summary, description, nil
+	return b.String(), nil
 }

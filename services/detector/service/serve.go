@@ -31,9 +31,11 @@ var startRetry = retry.Policy{Min: 500 * time.Millisecond, Max: 30 * time.Second
 // Serve runs the detector until ctx ends: it serves /metrics, /healthz and /readyz on ln (nil:
 // listen on cfg.MetricsAddr) at once, waits for ClickHouse with backoff (a detector started
 // during an outage waits instead of exiting, so a supervisor does not crash-loop it), restores
-// the alert state, then evaluates the rules and delivers notifications. With cfg.Lease it first
-// waits for NATS and the lease bucket, stands by until it holds the lease, and does all of that
-// only while it holds it; a lost lease ends Serve with an error wrapping lease.ErrLost.
+// the alert state, then evaluates the rules and delivers notifications. The rules reload on SIGHUP
+// and when a file of cfg.RulesDir changes (Detector.Reload: a refused reload is logged and
+// counted, and the rules loaded before keep running). With cfg.Lease it first waits for NATS and
+// the lease bucket, stands by until it holds the lease, and does all of that only while it holds
+// it; a lost lease ends Serve with an error wrapping lease.ErrLost.
 //
 // /healthz answers 200 while the process serves; /readyz answers 503 until the alert state is
 // restored, and then while ClickHouse does not answer a ping.
@@ -50,6 +52,10 @@ func Serve(ctx context.Context, cfg Config, defs []*rules.Definition, ln net.Lis
 			return fmt.Errorf("listen on DETECTOR_METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
 		}
 	}
+	// SIGHUP reloads the rules; registered before anything starts, so that one sent during the
+	// start waits for the detector instead of ending the process (its default action).
+	hup, stopHUP := notifyHUP()
+	defer stopHUP()
 	reg := svc.NewRegistry("detector")
 	ready := svc.NewReadiness()
 	var conn atomic.Pointer[driver.Conn]
@@ -95,7 +101,10 @@ func Serve(ctx context.Context, cfg Config, defs []*rules.Definition, ln net.Lis
 			}
 			ready.Started()
 			log.Info("detector running", "rules", len(defs), "interval", cfg.Interval, "webhooks", len(cfg.WebhookURLs), "alertmanagers", len(cfg.AlertmanagerURLs), "metrics", ln.Addr().String())
+			watched := make(chan struct{})
+			go func() { defer close(watched); d.watchRules(ctx, cfg.RulesDir, hup) }()
 			d.Run(ctx)
+			<-watched
 			return nil
 		}
 		if !cfg.Lease {

@@ -39,10 +39,15 @@ func LoadRules(dir string) ([]*rules.Definition, error) {
 
 // Detector is the assembled service.
 type Detector struct {
-	cfg      Config
-	conn     driver.Conn
+	cfg  Config
+	conn driver.Conn
+	// mu guards rules and groups, which a reload replaces (see Reload).
+	mu       sync.RWMutex
 	rules    []*alerting.Rule
 	groups   []*alerting.Group
+	metrics  *alerting.Metrics
+	resend   alerting.NotifyFunc
+	reloads  *reloadState
 	notifier *notify.Notifier
 	// alertmanagers is nil without AlertmanagerURLs.
 	alertmanagers *notify.Alertmanagers
@@ -75,33 +80,56 @@ func New(cfg Config, conn driver.Conn, defs []*rules.Definition, reg *prometheus
 		}
 		resend = d.sendAlertmanagers
 	}
-	metrics := alerting.NewMetrics(reg)
-	byInterval := map[time.Duration]*alerting.Group{}
-	for _, def := range defs {
-		q, err := rules.NewSQLRule(def, conn)
-		if err != nil {
-			return nil, err
-		}
-		r := alerting.NewRule(def, q)
-		d.rules = append(d.rules, r)
-		iv := def.Interval.D()
-		if iv <= 0 {
-			iv = cfg.Interval
-		}
-		g, ok := byInterval[iv]
-		if !ok {
-			g = &alerting.Group{Interval: iv, Repeat: cfg.RepeatInterval, Store: alerting.CHStore{Conn: conn},
-				Notify: d.notify, Resend: resend, Metrics: metrics, Log: log}
-			byInterval[iv] = g
-			d.groups = append(d.groups, g)
-		}
-		g.Rules = append(g.Rules, r)
+	d.resend = resend
+	d.metrics = alerting.NewMetrics(reg)
+	d.reloads = newReloadState(reg, len(defs))
+	if d.rules, d.groups, err = d.build(defs); err != nil {
+		return nil, err
 	}
 	return d, nil
 }
 
+// build makes the rules of defs and their evaluation groups, one per distinct interval.
+func (d *Detector) build(defs []*rules.Definition) ([]*alerting.Rule, []*alerting.Group, error) {
+	var rs []*alerting.Rule
+	var groups []*alerting.Group
+	byInterval := map[time.Duration]*alerting.Group{}
+	for _, def := range defs {
+		q, err := rules.NewSQLRule(def, d.conn)
+		if err != nil {
+			return nil, nil, err
+		}
+		r := alerting.NewRule(def, q)
+		rs = append(rs, r)
+		iv := def.Interval.D()
+		if iv <= 0 {
+			iv = d.cfg.Interval
+		}
+		g, ok := byInterval[iv]
+		if !ok {
+			g = &alerting.Group{Interval: iv, Repeat: d.cfg.RepeatInterval, Store: alerting.CHStore{Conn: d.conn},
+				Notify: d.notify, Resend: d.resend, Metrics: d.metrics, Log: d.log}
+			byInterval[iv] = g
+			groups = append(groups, g)
+		}
+		g.Rules = append(g.Rules, r)
+	}
+	return rs, groups, nil
+}
+
 // Groups returns the evaluation groups (one per distinct interval).
-func (d *Detector) Groups() []*alerting.Group { return d.groups }
+func (d *Detector) Groups() []*alerting.Group {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.groups
+}
+
+// Rules returns the rules being evaluated.
+func (d *Detector) Rules() []*alerting.Rule {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.rules
+}
 
 // Notifier returns the webhook notifier.
 func (d *Detector) Notifier() *notify.Notifier { return d.notifier }
@@ -130,7 +158,7 @@ func (d *Detector) Restore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, g := range d.groups {
+	for _, g := range d.Groups() {
 		if err := g.Restore(ctx, alerts); err != nil {
 			return err
 		}
@@ -155,7 +183,7 @@ func (d *Detector) redeliver(ctx context.Context, alerts []*alerting.Alert, now 
 	}
 	since := now.Add(-DeliveryHorizon)
 	known := map[string]bool{}
-	for _, r := range d.rules {
+	for _, r := range d.Rules() {
 		known[r.Name()] = true
 	}
 	var due []*alerting.Alert
@@ -214,10 +242,7 @@ func (d *Detector) Run(ctx context.Context) {
 		wg.Add(1)
 		go func() { defer wg.Done(); d.alertmanagers.Run(ctx) }()
 	}
-	for _, g := range d.groups {
-		wg.Add(1)
-		go func() { defer wg.Done(); g.Run(ctx, d.cfg.EvalDelay) }()
-	}
+	d.runGroups(ctx)
 	wg.Wait()
 }
 
@@ -252,7 +277,7 @@ const resendDelay = time.Minute
 // a 2 s interval) let Alertmanager resolve and re-fire an alert whenever one evaluation ran late.
 func (d *Detector) alertValidity(a *alerting.Alert) time.Duration {
 	iv := d.cfg.Interval
-	for _, r := range d.rules {
+	for _, r := range d.Rules() {
 		if r.Name() == a.Rule && r.Definition().Interval.D() > 0 {
 			iv = r.Definition().Interval.D()
 		}
@@ -306,7 +331,7 @@ type ReplayLine struct {
 // one JSON object per pending or firing alert to w, sorted by rule and fingerprint. It sends and
 // saves nothing.
 func (d *Detector) Replay(ctx context.Context, at time.Time, w io.Writer) error {
-	alerts, err := alerting.Replay(ctx, at, d.cfg.Interval, d.rules)
+	alerts, err := alerting.Replay(ctx, at, d.cfg.Interval, d.Rules())
 	if err != nil {
 		return err
 	}
