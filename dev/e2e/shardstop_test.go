@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema/publish"
-	"github.com/servescope/servescope/services/consumer/app"
 	consumerpipeline "github.com/servescope/servescope/services/consumer/pipeline"
 )
 
@@ -46,22 +44,7 @@ func TestShardStoppedUnderTrafficLosesNothing(t *testing.T) {
 		t.Fatalf("set up streams: %v", err)
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cctx, stopConsumer := context.WithCancel(context.Background())
-	consumerDone := make(chan error, 1)
-	go func() {
-		consumerDone <- app.Run(cctx, app.Config{Consumer: cons,
-			MetricsAddr: ln.Addr().String(), NATS: ncfg, ClickHouse: ch}, discardLog(), ln)
-	}()
-	t.Cleanup(func() {
-		stopConsumer()
-		if err := <-consumerDone; err != nil {
-			t.Errorf("consumer: %v", err)
-		}
-	})
+	runConsumer(t, cons, ncfg, ch)
 
 	pub, err := publish.New(connectCluster(t, ncfg, "shard-test-publisher"), ncfg.SubjectPrefix, publish.Config{
 		SpoolDir: t.TempDir(), AckTimeout: 2 * time.Second, RetryInterval: 250 * time.Millisecond, Logger: discardLog(),
