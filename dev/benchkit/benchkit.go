@@ -206,6 +206,42 @@ type PrivateClickHouse struct {
 // (the system's temporary directory when empty); root is the repository root, whose .cache holds
 // the installed programs. Stop it with Stop, which removes the data.
 func StartPrivateClickHouse(ctx context.Context, root, parent string, log *slog.Logger) (*PrivateClickHouse, error) {
+	ports, err := FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	return startPrivateClickHouse(ctx, root, parent, ports[0], ports[1], nil, log)
+}
+
+// StartPrivateShards starts n private servers as the n shards (one replica each) of cluster in
+// their remote_servers, with database as every replica's default_database (the sharded schema's
+// local database, see servers.ClickHouse.ClusterDatabase). Stop each with Stop.
+func StartPrivateShards(ctx context.Context, root, parent, cluster, database string, n int, log *slog.Logger) ([]*PrivateClickHouse, error) {
+	ports, err := FreePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
+	layout := make([][]string, n)
+	for i := range n {
+		layout[i] = []string{"127.0.0.1:" + strconv.Itoa(ports[2*i])}
+	}
+	var out []*PrivateClickHouse
+	for i := range n {
+		p, err := startPrivateClickHouse(ctx, root, parent, ports[2*i], ports[2*i+1], func(c *servers.ClickHouse) {
+			c.Clusters, c.ClusterDatabase = map[string][][]string{cluster: layout}, database
+		}, log)
+		if err != nil {
+			for _, p := range out {
+				p.Stop()
+			}
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func startPrivateClickHouse(ctx context.Context, root, parent string, tcpPort, httpPort int, edit func(*servers.ClickHouse), log *slog.Logger) (*PrivateClickHouse, error) {
 	in := servers.InstalledIn(servers.CacheDir(root))
 	if err := in.Check(); err != nil {
 		return nil, err
@@ -214,18 +250,17 @@ func StartPrivateClickHouse(ctx context.Context, root, parent string, log *slog.
 	if err != nil {
 		return nil, err
 	}
-	ports, err := FreePorts(2)
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	s, err := servers.NewClickHouse(servers.ClickHouse{
-		Launcher: in.Chlaunch, Lib: in.Libchdb, TCPPort: ports[0], HTTPPort: ports[1],
+	cfg := servers.ClickHouse{
+		Launcher: in.Chlaunch, Lib: in.Libchdb, TCPPort: tcpPort, HTTPPort: httpPort,
 		DataDir: filepath.Join(dir, "data"), ConfigFile: filepath.Join(dir, "config.xml"),
 		EngineLog: filepath.Join(dir, "clickhouse-server.log"), EngineErrorLog: filepath.Join(dir, "clickhouse-server.err.log"),
 		LogLevel: "warning", Log: filepath.Join(dir, "clickhouse.log"), DieWithCaller: true,
 		ReadyTimeout: 2 * time.Minute,
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	s, err := servers.NewClickHouse(cfg)
 	if err == nil {
 		err = s.Start(ctx)
 	}

@@ -57,22 +57,7 @@ func TestNATSClusterLosesNothingThroughNodeLoss(t *testing.T) {
 	}
 
 	// The consumer, in-process, on every node's URL.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cctx, stopConsumer := context.WithCancel(context.Background())
-	consumerDone := make(chan error, 1)
-	go func() {
-		consumerDone <- app.Run(cctx, app.Config{Consumer: cons,
-			MetricsAddr: ln.Addr().String(), NATS: ncfg, ClickHouse: ch}, discardLog(), ln)
-	}()
-	t.Cleanup(func() {
-		stopConsumer()
-		if err := <-consumerDone; err != nil {
-			t.Errorf("consumer: %v", err)
-		}
-	})
+	runConsumer(t, cons, ncfg, ch)
 
 	// Both streams and the durable consumer are replicated on all three nodes.
 	for _, name := range []string{topo.Stream(), topo.DLQStream()} {
@@ -196,6 +181,27 @@ func TestNATSClusterLosesNothingThroughNodeLoss(t *testing.T) {
 	if len(lost) != 0 || len(dup) != 0 || extra != 0 {
 		t.Errorf("ledger: lost %d%s, duplicated %d%s, unknown %d; want 0, 0, 0", len(lost), sampleIDs(lost), len(dup), sampleIDs(dup), extra)
 	}
+}
+
+// runConsumer runs the consumer service in-process until the test ends, when it must stop
+// without error.
+func runConsumer(t *testing.T, cons config.Consumer, n config.NATS, ch config.ClickHouse) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- app.Run(ctx, app.Config{Consumer: cons, MetricsAddr: ln.Addr().String(), NATS: n, ClickHouse: ch}, discardLog(), ln)
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("consumer: %v", err)
+		}
+	})
 }
 
 // connectCluster connects to every URL of n the way the services do: reconnecting forever.

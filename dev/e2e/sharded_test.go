@@ -13,6 +13,7 @@ import (
 	"github.com/servescope/servescope/dev/eventgen"
 	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/internal/chstore"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/consumer/sink"
 )
@@ -27,28 +28,14 @@ const shardedRequests = 600
 // retries an ambiguous insert; the sharding key keeps every event of a request on one shard, so
 // request_facts' joins and FINAL work shard by shard.
 func TestShardedClickHouseAnswersAsOneServer(t *testing.T) {
-	const cluster = "servescope_test"
-	shards := testenv.StartClickHouseShards(t, cluster, "servescope_local", 2)
+	shards, cfg, sharded := startSharded(t)
 	single, _ := testenv.ClickHouse(t)
-
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	cfg := testenv.ClickHouseConfig(t)
-	cfg.Addr = []string{shards[0].Addr(), shards[1].Addr()}
-	cfg.Database = "servescope"
-	cfg.Cluster = cluster
-	if err := chstore.MigrateSharded(ctx, cfg); err != nil {
-		t.Fatalf("migrate the sharded schema: %v", err)
-	}
-	// Running it again changes nothing and fails nothing.
+	// Running the migration again changes nothing and fails nothing.
 	if err := chstore.MigrateSharded(ctx, cfg); err != nil {
 		t.Fatalf("migrate the sharded schema again: %v", err)
 	}
-	sharded, err := chstore.Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sharded.Close()
 
 	base := time.Now().Add(-time.Hour).UTC()
 	byKind := map[schema.Kind][]schema.Event{}
@@ -83,11 +70,7 @@ func TestShardedClickHouseAnswersAsOneServer(t *testing.T) {
 		}
 	}
 
-	const facts = `SELECT count(), uniqExact(request_id), sum(prompt_tokens), sum(completion_tokens),
-		round(sum(e2e_s), 6), round(sum(ttft_s), 6), countIf(ttft_s IS NOT NULL), groupUniqArray(ttft_source),
-		sum(engine_children), sum(app_records), round(sum(retrieval_s), 6), countIf(status_code >= 400)
-		FROM request_facts`
-	one, two := scalar(ctx, t, single, facts), scalar(ctx, t, sharded, facts)
+	one, two := scalar(ctx, t, single, requestFactsSums), scalar(ctx, t, sharded, requestFactsSums)
 	t.Logf("request_facts: one server %s; sharded %s", one, two)
 	if one != two {
 		t.Errorf("request_facts differs:\n one server %s\n sharded    %s", one, two)
@@ -131,6 +114,32 @@ func TestShardedClickHouseAnswersAsOneServer(t *testing.T) {
 			t.Errorf("shard %d holds %s rows of requests it does not hold: one request's events are split", i+1, strays)
 		}
 	}
+}
+
+// testCluster is the remote_servers cluster of the sharded tests' servers.
+const testCluster = "servescope_test"
+
+// startSharded starts two private ClickHouse servers as the two shards of testCluster, migrates
+// the sharded schema (database servescope over servescope_local) and connects to it through the
+// first node, as a service given both nodes does.
+func startSharded(t *testing.T) ([]*testenv.ClickHouseServer, config.ClickHouse, driver.Conn) {
+	t.Helper()
+	shards := testenv.StartClickHouseShards(t, testCluster, "servescope_local", 2)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cfg := testenv.ClickHouseConfig(t)
+	cfg.Addr = []string{shards[0].Addr(), shards[1].Addr()}
+	cfg.Database = "servescope"
+	cfg.Cluster = testCluster
+	if err := chstore.MigrateSharded(ctx, cfg); err != nil {
+		t.Fatalf("migrate the sharded schema: %v", err)
+	}
+	conn, err := chstore.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return shards, cfg, conn
 }
 
 // scalar returns the first row of q's answer, formatted.

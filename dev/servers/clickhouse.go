@@ -64,7 +64,9 @@ type ClickHouse struct {
 	// Macros, when set, is the config's <macros> (e.g. shard, replica): the values
 	// {shard} and {replica} take in Replicated table paths and in ON CLUSTER DDL.
 	Macros map[string]string
-
+	// ZooKeeper, when set, is the config's <zookeeper>: the coordination nodes (host:port) that
+	// Replicated tables keep their parts' log in (a ZooKeeper, or ClickHouse Keeper).
+	ZooKeeper []string
 	// Log receives the launcher's output; PidFile, when set, records its pid (see proc.Spec).
 	Log, PidFile string
 	// ReadyTimeout and StopGrace as in proc.Spec (its defaults when 0).
@@ -142,6 +144,11 @@ func (c ClickHouse) check() error {
 			}
 		}
 	}
+	for _, addr := range c.ZooKeeper {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("servers: ClickHouse ZooKeeper node %q is not host:port", addr)
+		}
+	}
 	for k := range c.Macros {
 		if !xmlNameRE.MatchString(k) {
 			return fmt.Errorf("servers: ClickHouse macro %q is not a plain name", k)
@@ -214,6 +221,14 @@ func (c ClickHouse) config() string {
 			fmt.Fprintf(&b, "        <%s>%s</%s>\n", k, xmlText(c.Macros[k]), k)
 		}
 		b.WriteString("    </macros>\n")
+	}
+	if len(c.ZooKeeper) > 0 {
+		b.WriteString("    <zookeeper>\n")
+		for _, addr := range c.ZooKeeper {
+			host, port, _ := net.SplitHostPort(addr)
+			fmt.Fprintf(&b, "        <node><host>%s</host><port>%s</port></node>\n", xmlText(host), xmlText(port))
+		}
+		b.WriteString("    </zookeeper>\n")
 	}
 	b.WriteString("</clickhouse>\n")
 	return b.String()

@@ -171,6 +171,13 @@ func newClickHouse(t testing.TB, cfg servers.ClickHouse) *ClickHouseServer {
 // database, when set, is the replicas' default_database (see servers.ClickHouse.ClusterDatabase).
 func StartClickHouseShards(t testing.TB, name, database string, shards int) []*ClickHouseServer {
 	t.Helper()
+	return StartClickHouseCluster(t, name, database, shards, "")
+}
+
+// StartClickHouseCluster is StartClickHouseShards with, when zooKeeper (host:port) is set, that
+// coordination node in every server's config, so that Replicated tables can be created on them.
+func StartClickHouseCluster(t testing.TB, name, database string, shards int, zooKeeper string) []*ClickHouseServer {
+	t.Helper()
 	cfgs := make([]servers.ClickHouse, shards)
 	layout := make([][]string, shards)
 	for i := range cfgs {
@@ -183,6 +190,9 @@ func StartClickHouseShards(t testing.TB, name, database string, shards int) []*C
 		cfgs[i].Clusters = map[string][][]string{name: layout}
 		cfgs[i].ClusterDatabase = database
 		cfgs[i].Macros = map[string]string{"shard": fmt.Sprintf("%02d", i+1), "replica": "r1"}
+		if zooKeeper != "" {
+			cfgs[i].ZooKeeper = []string{zooKeeper}
+		}
 		out[i] = newClickHouse(t, cfgs[i])
 		go func() { errs <- out[i].s.Start(t.Context()) }()
 	}
@@ -193,6 +203,51 @@ func StartClickHouseShards(t testing.TB, name, database string, shards int) []*C
 	}
 	return out
 }
+
+// ZooKeeperServer is a private standalone ZooKeeper (Debian's zookeeper package) on 127.0.0.1.
+type ZooKeeperServer struct {
+	t testing.TB
+	s *servers.ZooKeeper
+}
+
+// StartZooKeeper installs Debian's zookeeper package when it is missing (servers.InstallZooKeeper:
+// apt-get, as root), starts a private standalone server on a free loopback port with its data
+// under t.TempDir(), and returns once it answers ruok. When it cannot be installed (not root, no
+// apt-get, the Debian mirror unreachable) the test ends through Unavailable with the reason: a
+// failure under SERVESCOPE_REQUIRE_INTEGRATION=1.
+func StartZooKeeper(t testing.TB) *ZooKeeperServer {
+	t.Helper()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	apt, err := os.Create(filepath.Join(dir, "apt-get.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer apt.Close()
+	if err := servers.InstallZooKeeper(ctx, apt); err != nil {
+		Unavailable(t, "%v; apt-get's output:\n%s", err, proc.Tail(apt.Name(), 20))
+	}
+	s, err := servers.NewZooKeeper(servers.ZooKeeperConfig{
+		Port:       freePort(t),
+		DataDir:    filepath.Join(dir, "data"),
+		ConfigFile: filepath.Join(dir, "zoo.cfg"),
+		Log:        filepath.Join(dir, "zookeeper.log"),
+		// The JVM starts slowly on a loaded machine.
+		ReadyTimeout:  2 * time.Minute,
+		DieWithCaller: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	supervise(t, s.Process)
+	z := &ZooKeeperServer{t: t, s: s}
+	start(t, s.Process)
+	return z
+}
+
+// Addr is the client address, 127.0.0.1:<port>.
+func (z *ZooKeeperServer) Addr() string { return z.s.Addr() }
 
 // Addr is the native protocol address, 127.0.0.1:<port>, for clickhouse-go.
 func (c *ClickHouseServer) Addr() string { return c.s.Addr() }

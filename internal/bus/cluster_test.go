@@ -57,7 +57,7 @@ func TestSetupKeepsTheDurableConsumerAtTheStreamsReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantActions(t, applied, bus.Unchanged, bus.Unchanged, bus.Updated)
+	wantActions(t, applied, bus.Unchanged, bus.Unchanged, bus.Updated, bus.Unchanged)
 	if got := applied[2].String(); !strings.HasSuffix(got, ": updated (num_replicas 1 → 3)") {
 		t.Errorf("setup's line for the consumer: %q", got)
 	}
@@ -98,5 +98,5 @@ func TestSetupKeepsTheDurableConsumerAtTheStreamsReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantActions(t, again, bus.Unchanged, bus.Unchanged, bus.Unchanged)
+	wantActions(t, again, bus.Unchanged, bus.Unchanged, bus.Unchanged, bus.Unchanged)
 }

@@ -3,8 +3,12 @@ package chstore
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"regexp"
+	"testing/fstest"
 
 	"github.com/servescope/servescope/internal/config"
+	"github.com/servescope/servescope/migrations"
 )
 
 // Sharded schema: when config.ClickHouse.Cluster names a cluster of the servers' remote_servers,
@@ -65,20 +69,56 @@ var ShardedObjects = []ShardedObject{
 // ParameterizedViews are the schema's views that take parameters, all of them from and to
 // (DateTime64(6, 'UTC')). A Distributed table cannot pass parameters, so the sharded schema
 // has, under each of these names, a parameterized view of the same parameters that runs the
-// local one on every shard through the cluster table function and unites the answers: each
+// local one on every shard through the cluster table function and unites the answers. A query
+// must not join a Distributed table with one of these views itself: ClickHouse 26.7 sends such a
+// join to the shards naming the view without its parameters, which they refuse; the join goes
+// into a view of this list instead (request_timings_window, request_facts_window). Each view
 // groups by request or by engine, which the sharding keys keep on one shard — except app_traces,
 // which groups an application's records by trace: a trace whose records carry different
 // request_ids can be split over shards and then yields one row per shard (README, "Running past
 // one machine").
 var ParameterizedViews = []string{
 	"engine_window_histograms", "engine_window_averages", "engine_requests", "app_requests", "app_traces", "request_facts_window",
+	"request_timings_window",
 }
 
 // windowArgs passes a parameterized view's parameters on to the local view it wraps.
 const windowArgs = "from = {from:DateTime64(6, 'UTC')}, to = {to:DateTime64(6, 'UTC')}"
 
+// mergeTreeEngine is a table engine clause of the migrations: plain or replacing MergeTree, with
+// no arguments (the migrations give none).
+var mergeTreeEngine = regexp.MustCompile(`(?m)\bENGINE\s*=\s*(Replacing)?MergeTree\s*$`)
+
+// ReplicatedPath is the Keeper path of a replicated local table: one per shard, database and
+// table, which every replica of the shard shares. {shard}, {database} and {table} are expanded by
+// the server ({shard} from its macros), {replica} names the replica.
+const ReplicatedPath = "/clickhouse/tables/{shard}/{database}/{table}"
+
+// ReplicatedMigrations returns the migrations of files with every MergeTree and
+// ReplacingMergeTree table made Replicated at ReplicatedPath, replica {replica}: the local tables
+// of a replicated sharded schema (config.ClickHouse.Replicated). Each replica applies them
+// itself, as MigrateSharded runs them node by node: the CREATE of the second replica joins the
+// first's path, and every ALTER of the migrations is idempotent (IF NOT EXISTS), so running it on
+// each replica is harmless where replication has already carried it over.
+func ReplicatedMigrations(files fs.FS) (fs.FS, error) {
+	names, err := fs.Glob(files, "*.sql")
+	if err != nil {
+		return nil, fmt.Errorf("read migrations: %w", err)
+	}
+	out := fstest.MapFS{}
+	engine := "ENGINE = Replicated${1}MergeTree('" + ReplicatedPath + "', '{replica}')"
+	for _, name := range names {
+		b, err := fs.ReadFile(files, name)
+		if err != nil {
+			return nil, fmt.Errorf("read migration %s: %w", name, err)
+		}
+		out[name] = &fstest.MapFile{Data: mergeTreeEngine.ReplaceAll(b, []byte(engine)), Mode: 0o444}
+	}
+	return out, nil
+}
+
 // MigrateSharded applies every pending migration to the local database of each node of
-// cfg.Addr, one node at a time, then (re)creates the Distributed tables of ShardedObjects in
+// cfg.Addr, one node at a time (ReplicatedMigrations' form when cfg.Replicated), then (re)creates the Distributed tables of ShardedObjects in
 // cfg.Database on every node, so that they follow the local tables' columns. cfg.Cluster must
 // name the cluster in the nodes' remote_servers, listing the same nodes.
 func MigrateSharded(ctx context.Context, cfg config.ClickHouse) error {
@@ -87,11 +127,18 @@ func MigrateSharded(ctx context.Context, cfg config.ClickHouse) error {
 	}
 	// Every node's local tables first: the structure of a Distributed table over a view is asked
 	// of the shards.
+	var files fs.FS = migrations.FS
+	if cfg.Replicated {
+		var err error
+		if files, err = ReplicatedMigrations(migrations.FS); err != nil {
+			return err
+		}
+	}
 	for _, addr := range cfg.Addr {
 		local := cfg
 		local.Addr = []string{addr}
 		local.Database = LocalDatabase(cfg)
-		if err := Migrate(ctx, local); err != nil {
+		if err := migrateUp(ctx, local, files); err != nil {
 			return fmt.Errorf("node %s: %w", addr, err)
 		}
 	}

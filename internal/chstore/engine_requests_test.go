@@ -351,7 +351,7 @@ func TestAppRecordsCombined(t *testing.T) {
 func TestMigrationKeepsSpans(t *testing.T) {
 	t.Parallel()
 	conn, cfg := testenv.ClickHouse(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	g, err := chstore.NewMigrator(ctx, cfg)
 	if err != nil {

@@ -119,7 +119,14 @@ func (g *Migrator) Close() error {
 
 // Migrate applies every pending migration to cfg.Database (creating it when needed).
 func Migrate(ctx context.Context, cfg config.ClickHouse) error {
-	g, err := NewMigrator(ctx, cfg)
+	return migrateUp(ctx, cfg, migrations.FS)
+}
+
+func migrateUp(ctx context.Context, cfg config.ClickHouse, files fs.FS) error {
+	if err := EnsureDatabase(ctx, cfg); err != nil {
+		return err
+	}
+	g, err := newMigrator(ctx, cfg, files)
 	if err != nil {
 		return err
 	}

@@ -241,6 +241,11 @@ type ClickHouse struct {
 	// MigrateSharded), and every insert is synchronous (distributed_foreground_insert=1), so
 	// an insert returns only once the target shard holds its rows. Empty: one server.
 	Cluster string `env:"SERVESCOPE_CLICKHOUSE_CLUSTER"`
+	// Replicated, with Cluster, makes the per-node tables Replicated…MergeTree, each at the
+	// Keeper path /clickhouse/tables/{shard}/<database>_local/<table> as replica {replica}: every
+	// node needs the macros shard and replica and a ZooKeeper or ClickHouse Keeper in its config.
+	// False: plain …MergeTree tables, one copy per shard.
+	Replicated bool `env:"SERVESCOPE_CLICKHOUSE_REPLICATED"`
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
@@ -261,6 +266,9 @@ func (c *ClickHouse) Validate() error {
 	}
 	if c.Cluster != "" && !identRE.MatchString(c.Cluster) {
 		return fmt.Errorf("SERVESCOPE_CLICKHOUSE_CLUSTER: %q is not a plain identifier", c.Cluster)
+	}
+	if c.Replicated && c.Cluster == "" {
+		return fmt.Errorf("SERVESCOPE_CLICKHOUSE_REPLICATED needs SERVESCOPE_CLICKHOUSE_CLUSTER: replicas are the nodes of a cluster's shards")
 	}
 	return nil
 }

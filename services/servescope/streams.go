@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/internal/config"
+	"github.com/servescope/servescope/internal/retry"
 )
 
 // streamsConfig is what the setup of the JetStream resources reads: the NATS connection, the
@@ -23,7 +26,13 @@ type streamsConfig struct {
 }
 
 // streamsTimeout bounds the setup or check of the streams and the durable consumer.
-const streamsTimeout = 30 * time.Second
+const streamsTimeout = 60 * time.Second
+
+// streamsRetry retries a setup or check that got no answer: a JetStream API request that reaches
+// a cluster while it elects its metadata or a stream's leader (a node just lost, a cluster just
+// started) can be dropped unanswered, and only sending it again gets an answer. Every step is
+// idempotent (create or update, read), so a whole attempt is run again.
+var streamsRetry = retry.Policy{Min: 250 * time.Millisecond, Max: 2 * time.Second, AttemptTimeout: 10 * time.Second}
 
 func newStreamsCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -44,7 +53,7 @@ func newStreamsCmd() *cobra.Command {
 		Short: "Check the streams and the durable consumer as the services do, and print where they differ from these settings",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withJetStream(cmd, func(ctx context.Context, js jetstream.JetStream, cfg streamsConfig) error {
+			return withJetStream(cmd, func(ctx context.Context, js jetstream.JetStream, cfg streamsConfig, out io.Writer) error {
 				topo := cfg.NATS.Topology()
 				d := cfg.Consumer.DurableConsumer()
 				_, diffs, err := bus.CheckConsumer(ctx, js, topo, d, cfg.NATS.StreamSettings())
@@ -59,7 +68,6 @@ func newStreamsCmd() *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("read key-value bucket %s: %w", kv.Bucket(), err)
 				}
-				out := cmd.OutOrStdout()
 				fmt.Fprintf(out, "streams %s and %s and durable consumer %s take every event kind\n", topo.Stream(), topo.DLQStream(), d.Name)
 				fmt.Fprintf(out, "key-value bucket %s holds the leases (ttl %s)\n", kv.Bucket(), st.TTL())
 				for _, df := range append(diffs, leaseDiffs...) {
@@ -82,16 +90,19 @@ func newStreamsCmd() *cobra.Command {
 
 // streamsUp runs the setup of the JetStream resources and prints one line per resource.
 func streamsUp(cmd *cobra.Command) error {
-	return withJetStream(cmd, func(ctx context.Context, js jetstream.JetStream, cfg streamsConfig) error {
+	return withJetStream(cmd, func(ctx context.Context, js jetstream.JetStream, cfg streamsConfig, out io.Writer) error {
 		applied, err := bus.Setup(ctx, js, cfg.NATS.Topology(), cfg.NATS.StreamSettings(), cfg.Consumer.DurableConsumer())
 		for _, a := range applied {
-			fmt.Fprintln(cmd.OutOrStdout(), a)
+			fmt.Fprintln(out, a)
 		}
 		return err
 	})
 }
 
-func withJetStream(cmd *cobra.Command, f func(context.Context, jetstream.JetStream, streamsConfig) error) error {
+// withJetStream runs f with a JetStream context on cfg's NATS, again while an attempt gets no
+// answer within streamsRetry's AttemptTimeout (up to streamsTimeout in all), and prints what the
+// last attempt wrote to out.
+func withJetStream(cmd *cobra.Command, f func(context.Context, jetstream.JetStream, streamsConfig, io.Writer) error) error {
 	cfg, err := config.Load[streamsConfig]()
 	if err != nil {
 		return err
@@ -107,7 +118,18 @@ func withJetStream(cmd *cobra.Command, f func(context.Context, jetstream.JetStre
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), streamsTimeout)
 	defer cancel()
-	err = f(ctx, js, cfg)
+	var out bytes.Buffer
+	err = retry.Do(ctx, streamsRetry, func(ctx context.Context) error {
+		out.Reset()
+		err := f(ctx, js, cfg, &out)
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return retry.Permanent(err)
+		}
+		return err
+	}, func(attempt int, err error, wait time.Duration) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "servescope: no answer from JetStream yet (attempt %d: %v); trying again in %s\n", attempt, err, wait.Round(time.Millisecond))
+	})
+	_, _ = cmd.OutOrStdout().Write(out.Bytes())
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("no answer from JetStream at %s within %s: %w", config.RedactURL(cfg.NATS.URL), streamsTimeout, err)
 	}

@@ -29,7 +29,7 @@ func TestStreamsUpOnACluster(t *testing.T) {
 	stream, dlq := strings.ToUpper(prefix), strings.ToUpper(prefix)+"_DLQ"
 
 	out, code, err := run(t, "streams", "up")
-	if code != 0 || strings.Count(out, ": created (") != 3 || !strings.Contains(out, "num_replicas 1") {
+	if code != 0 || strings.Count(out, ": created (") != 4 || !strings.Contains(out, "num_replicas 1") {
 		t.Fatalf("streams up at one replica: exit %d, %v:\n%s", code, err, out)
 	}
 
@@ -57,7 +57,7 @@ func TestStreamsUpOnACluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// Scaling a stream up is asynchronous: the new replicas catch up, then the information lists them.
-	for _, name := range []string{stream, dlq} {
+	for _, name := range []string{stream, dlq, "KV_" + stream + "_LEASES"} {
 		waitPlaced(ctx, t, name, func() (int, int, error) {
 			s, err := js.Stream(ctx, name)
 			if err != nil {
@@ -105,8 +105,8 @@ func TestStreamsUpOnACluster(t *testing.T) {
 		t.Errorf("streams check with a node down: exit %d, %v:\n%s", code, err, out)
 	}
 	out, code, err = run(t, "streams", "up")
-	if code != 0 || strings.Count(out, ": unchanged (") != 3 {
-		t.Errorf("streams up with a node down: exit %d, %v; want three resources unchanged:\n%s", code, err, out)
+	if code != 0 || strings.Count(out, ": unchanged (") != 4 {
+		t.Errorf("streams up with a node down: exit %d, %v; want four resources unchanged:\n%s", code, err, out)
 	}
 }
 

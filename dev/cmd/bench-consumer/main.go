@@ -69,9 +69,18 @@ func command() *service.Command {
 	events := c.Flags.Int("events", 1_000_000, "request.finished events in the pre-filled stream")
 	consumerBin := c.Flags.String("consumer", "", "path of the consumer binary (required)")
 	batchRows := c.Flags.Int("batch-rows", 10_000, "CONSUMER_BATCH_ROWS for (b) and (c)")
+	shards := c.Flags.Int("shards", 0, "instead of (a)-(c): one consumer into the shared server, then as many consumers as shards into "+
+		"that many private servers as the shards of a cluster, side by side (0: off)")
 	c.Run = func(ctx context.Context, log *slog.Logger, _ []string) error {
 		if *consumerBin == "" {
 			return service.UsageError(errors.New("--consumer is required"))
+		}
+		if *shards > 0 {
+			res, err := runSharded(ctx, log, *consumerBin, *events, *batchRows, *shards)
+			if err != nil {
+				return service.Exit(2, err)
+			}
+			return benchkit.Verdict(true, benchkit.PrintResult(res))
 		}
 		res, err := run(ctx, log, *consumerBin, *events, *batchRows)
 		if err != nil {
@@ -109,36 +118,11 @@ func run(ctx context.Context, log *slog.Logger, consumerBin string, n, batchRows
 	rawDB, consumerDB := raw.Config, consumer.Config
 
 	// Pre-fill the stream; keep the events for (b).
-	base := time.Now().Add(-time.Hour)
-	evs := make([]schema.Event, n)
-	subject := topo.Subject(schema.KindRequestFinished)
-	start := time.Now()
-	for i := range n {
-		e := eventgen.RequestFinished(i, base)
-		data := eventgen.Encode(e)
-		if i == 0 {
-			res.EventBytes = len(data)
-		}
-		evs[i] = e
-		m := nats.NewMsg(subject)
-		m.Data = data
-		m.Header.Set(jetstream.MsgIDHeader, e.EventID)
-		for {
-			if _, err = js.PublishMsgAsync(m); !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-				break
-			}
-			<-js.PublishAsyncComplete()
-		}
-		if err != nil {
-			return res, fmt.Errorf("pre-fill: publish event %d: %w", i, err)
-		}
+	evs, eventBytes, err := prefill(ctx, log, js, topo, n)
+	if err != nil {
+		return res, err
 	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(2 * time.Minute):
-		return res, errors.New("pre-fill: publishes not acknowledged after 2 min")
-	}
-	log.Info("pre-filled stream", "events", n, "event_bytes", res.EventBytes, "seconds", time.Since(start).Seconds())
+	res.EventBytes = eventBytes
 	res.Bench, res.Events = "consumer", n
 
 	if res.RawJetStreamRowsPerSecond, err = rawJetStream(ctx, js, topo, n); err != nil {
@@ -152,7 +136,7 @@ func run(ctx context.Context, log *slog.Logger, consumerBin string, n, batchRows
 	evs = nil
 
 	var rss float64
-	if res.ConsumerRowsPerSecond, rss, err = consumerDrain(ctx, log, consumerBin, js, topo, natsCfg, consumerDB, n, batchRows); err != nil {
+	if res.ConsumerRowsPerSecond, rss, err = consumerDrain(ctx, log, consumerBin, js, topo, natsCfg, consumerDB, n, batchRows, benchDurable, 1); err != nil {
 		return res, err
 	}
 	res.PeakRSSMB = rss
@@ -165,6 +149,126 @@ func run(ctx context.Context, log *slog.Logger, consumerBin string, n, batchRows
 	fmt.Printf("(c) consumer drain              %10.0f rows/s  (%.2f × bound, target ≥ %.1f)\n", res.ConsumerRowsPerSecond, res.DrainRatio, targetDrainRatio)
 	fmt.Printf("    consumer peak RSS           %10.1f MB      (target ≤ %d)\n", res.PeakRSSMB, targetPeakRSSMB)
 	return res, nil
+}
+
+// shardedResult is the last line of the sharded mode: one consumer instance draining the stream
+// into one server, and Shards instances sharing one durable consumer draining it into a cluster of
+// Shards private servers, one per shard, through the sharded schema (synchronous Distributed
+// inserts), side by side on the same machine.
+type shardedResult struct {
+	Bench                string  `json:"bench"`
+	Events               int     `json:"events"`
+	Shards               int     `json:"shards"`
+	SingleRowsPerSecond  float64 `json:"single_rows_s"`
+	ShardedRowsPerSecond float64 `json:"sharded_rows_s"`
+	ShardedOverSingle    float64 `json:"sharded_over_single"`
+	SinglePeakRSSMB      float64 `json:"single_peak_rss_mb"`
+	ShardedPeakRSSMB     float64 `json:"sharded_peak_rss_mb"`
+	ShardedConsumers     int     `json:"sharded_consumers"`
+	LoadAverageAtStart   float64 `json:"load_average_1m_at_start"`
+}
+
+// shardedDurable is the durable consumer the sharded mode's instances share.
+const shardedDurable = "bench-consumer-sharded"
+
+func runSharded(ctx context.Context, log *slog.Logger, consumerBin string, n, batchRows, shards int) (res shardedResult, err error) {
+	res = shardedResult{Bench: "consumer_sharded", Events: n, Shards: shards, ShardedConsumers: shards, LoadAverageAtStart: benchkit.LoadAvg()}
+	chCfg, err := config.Load[config.ClickHouse]()
+	if err != nil {
+		return res, err
+	}
+	id := benchkit.RunID()
+	streams, err := benchkit.OpenStreams(ctx, "bench-consumer", "bench_"+id, 0,
+		bus.DurableFor(benchDurable, batchRows, time.Second), bus.DurableFor(shardedDurable, batchRows, time.Second))
+	if err != nil {
+		return res, err
+	}
+	defer streams.Close()
+	single, err := benchkit.CreateDatabase(ctx, chCfg, "bench_consumer_"+id, nil)
+	if err != nil {
+		return res, err
+	}
+	defer single.Drop()
+	if _, _, err := prefill(ctx, log, streams.JS, streams.Topology, n); err != nil {
+		return res, err
+	}
+
+	root, err := os.Getwd()
+	if err != nil {
+		return res, err
+	}
+	const cluster = "bench_shards"
+	sharded := chCfg
+	sharded.Database, sharded.Cluster, sharded.Addr = "servescope", cluster, nil
+	nodes, err := benchkit.StartPrivateShards(ctx, root, "", cluster, chstore.LocalDatabase(sharded), shards, log)
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		for _, p := range nodes {
+			p.Stop()
+		}
+	}()
+	for _, p := range nodes {
+		sharded.Addr = append(sharded.Addr, p.Addr())
+	}
+	if err := chstore.MigrateSharded(ctx, sharded); err != nil {
+		return res, err
+	}
+
+	if res.SingleRowsPerSecond, res.SinglePeakRSSMB, err = consumerDrain(ctx, log, consumerBin, streams.JS, streams.Topology,
+		streams.NATS, single.Config, n, batchRows, benchDurable, 1); err != nil {
+		return res, err
+	}
+	if res.ShardedRowsPerSecond, res.ShardedPeakRSSMB, err = consumerDrain(ctx, log, consumerBin, streams.JS, streams.Topology,
+		streams.NATS, sharded, n, batchRows, shardedDurable, shards); err != nil {
+		return res, err
+	}
+	res.ShardedOverSingle = benchkit.Round(res.ShardedRowsPerSecond/res.SingleRowsPerSecond, 3)
+	fmt.Printf("1 consumer, 1 server               %10.0f rows/s  (peak RSS %.1f MB)\n", res.SingleRowsPerSecond, res.SinglePeakRSSMB)
+	fmt.Printf("%d consumers, %d shards (Distributed) %10.0f rows/s  (peak RSS %.1f MB)  ×%.2f\n",
+		shards, shards, res.ShardedRowsPerSecond, res.ShardedPeakRSSMB, res.ShardedOverSingle)
+	return res, nil
+}
+
+// prefill publishes n request.finished events to the stream and returns them with the size of
+// one encoded event.
+func prefill(ctx context.Context, log *slog.Logger, js jetstream.JetStream, topo bus.Topology, n int) ([]schema.Event, int, error) {
+	base := time.Now().Add(-time.Hour)
+	evs := make([]schema.Event, n)
+	subject := topo.Subject(schema.KindRequestFinished)
+	start := time.Now()
+	size := 0
+	for i := range n {
+		e := eventgen.RequestFinished(i, base)
+		data := eventgen.Encode(e)
+		if i == 0 {
+			size = len(data)
+		}
+		evs[i] = e
+		m := nats.NewMsg(subject)
+		m.Data = data
+		m.Header.Set(jetstream.MsgIDHeader, e.EventID)
+		var err error
+		for {
+			if _, err = js.PublishMsgAsync(m); !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				break
+			}
+			<-js.PublishAsyncComplete()
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("pre-fill: publish event %d: %w", i, err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	case <-time.After(2 * time.Minute):
+		return nil, 0, errors.New("pre-fill: publishes not acknowledged after 2 min")
+	}
+	log.Info("pre-filled stream", "events", n, "event_bytes", size, "seconds", time.Since(start).Seconds())
+	return evs, size, nil
 }
 
 // rawJetStream drains the stream with a throw-away durable consumer, fetching like the consumer
@@ -244,46 +348,60 @@ func rawClickHouse(ctx context.Context, db config.ClickHouse, evs []schema.Event
 	return float64(len(evs)) / time.Since(start).Seconds(), nil
 }
 
-// consumerDrain runs the consumer binary until its durable consumer has drained the stream and
-// returns rows per second and the process's peak RSS in MB.
+// consumerDrain runs instances of the consumer binary, sharing the durable consumer durable,
+// until it has drained the stream, and returns rows per second and the largest peak RSS of an
+// instance in MB. db.Cluster, when set, is passed on (the instances write through the sharded
+// schema's synchronous Distributed inserts).
 func consumerDrain(ctx context.Context, log *slog.Logger, bin string, js jetstream.JetStream, topo bus.Topology,
-	natsCfg config.NATS, db config.ClickHouse, n, batchRows int) (float64, float64, error) {
-	logFile, err := os.CreateTemp("", "bench-consumer-*.log")
-	if err != nil {
-		return 0, 0, err
-	}
-	logFile.Close()
-	defer os.Remove(logFile.Name())
-	p, err := proc.New(proc.Spec{
-		Name: "consumer", Path: bin, Log: logFile.Name(), StopGrace: 30 * time.Second,
-		Env: []string{
-			"SERVESCOPE_NATS_URL=" + natsCfg.URL,
-			"SERVESCOPE_SUBJECT_PREFIX=" + natsCfg.SubjectPrefix,
-			"SERVESCOPE_CLICKHOUSE_ADDR=" + strings.Join(db.Addr, ","),
-			"SERVESCOPE_CLICKHOUSE_DATABASE=" + db.Database,
-			"CONSUMER_DURABLE=" + benchDurable,
-			"CONSUMER_BATCH_ROWS=" + strconv.Itoa(batchRows),
-			"CONSUMER_METRICS_ADDR=127.0.0.1:0",
-		},
-	})
-	if err != nil {
-		return 0, 0, err
+	natsCfg config.NATS, db config.ClickHouse, n, batchRows int, durable string, instances int) (float64, float64, error) {
+	var ps []*proc.Process
+	for i := range instances {
+		logFile, err := os.CreateTemp("", "bench-consumer-*.log")
+		if err != nil {
+			return 0, 0, err
+		}
+		logFile.Close()
+		defer os.Remove(logFile.Name())
+		p, err := proc.New(proc.Spec{
+			Name: "consumer-" + strconv.Itoa(i+1), Path: bin, Log: logFile.Name(), StopGrace: 30 * time.Second,
+			Env: []string{
+				"SERVESCOPE_NATS_URL=" + natsCfg.URL,
+				"SERVESCOPE_SUBJECT_PREFIX=" + natsCfg.SubjectPrefix,
+				"SERVESCOPE_CLICKHOUSE_ADDR=" + strings.Join(db.Addr, ","),
+				"SERVESCOPE_CLICKHOUSE_DATABASE=" + db.Database,
+				"SERVESCOPE_CLICKHOUSE_CLUSTER=" + db.Cluster,
+				"CONSUMER_DURABLE=" + durable,
+				"CONSUMER_BATCH_ROWS=" + strconv.Itoa(batchRows),
+				"CONSUMER_METRICS_ADDR=127.0.0.1:0",
+			},
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		ps = append(ps, p)
 	}
 	start := time.Now()
-	if err := p.Start(ctx); err != nil {
-		return 0, 0, fmt.Errorf("(c) start consumer: %w", err)
+	for _, p := range ps {
+		if err := p.Start(ctx); err != nil {
+			return 0, 0, fmt.Errorf("(c) start consumer: %w", err)
+		}
+		defer func() { _ = p.Kill(context.Background()) }()
 	}
-	defer func() { _ = p.Kill(context.Background()) }()
 	var elapsed time.Duration
 	for {
+		for _, p := range ps {
+			select {
+			case <-p.Done():
+				return 0, 0, fmt.Errorf("(c) %s exited early: %v\n%s", p.Spec().Name, p.Err(), p.LogTail())
+			default:
+			}
+		}
 		select {
-		case <-p.Done():
-			return 0, 0, fmt.Errorf("(c) consumer exited early: %v\n%s", p.Err(), p.LogTail())
 		case <-ctx.Done():
 			return 0, 0, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
-		c, err := js.Consumer(ctx, topo.Stream(), benchDurable)
+		c, err := js.Consumer(ctx, topo.Stream(), durable)
 		if err != nil {
 			continue
 		}
@@ -299,12 +417,16 @@ func consumerDrain(ctx context.Context, log *slog.Logger, bin string, js jetstre
 			return 0, 0, errors.New("(c) consumer did not drain the stream within 10 min")
 		}
 	}
-	rss, err := peakRSSMB(p.Pid())
-	if err != nil {
-		return 0, 0, err
-	}
-	if err := p.Stop(ctx); err != nil {
-		return 0, 0, fmt.Errorf("(c) consumer did not exit cleanly: %w", err)
+	var rss float64
+	for _, p := range ps {
+		r, err := peakRSSMB(p.Pid())
+		if err != nil {
+			return 0, 0, err
+		}
+		rss = max(rss, r)
+		if err := p.Stop(ctx); err != nil {
+			return 0, 0, fmt.Errorf("(c) %s did not exit cleanly: %w", p.Spec().Name, err)
+		}
 	}
 	conn, err := chstore.Open(ctx, db)
 	if err != nil {
@@ -318,7 +440,7 @@ func consumerDrain(ctx context.Context, log *slog.Logger, bin string, js jetstre
 	if rows != uint64(n) {
 		return 0, 0, fmt.Errorf("(c) requests holds %d rows after the drain, want %d", rows, n)
 	}
-	log.Info("(c) consumer drained the stream", "seconds", elapsed.Seconds(), "peak_rss_mb", rss)
+	log.Info("(c) consumer drained the stream", "instances", instances, "cluster", db.Cluster, "seconds", elapsed.Seconds(), "peak_rss_mb", rss)
 	return float64(n) / elapsed.Seconds(), rss, nil
 }
 

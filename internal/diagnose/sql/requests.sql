@@ -1,10 +1,11 @@
 -- Per-request quantities of one window: the gateway's records, one row per request, with the
 -- engine's timings filled from engine_requests (the spans of n > 1 and multi-prompt children
 -- combined, migrations/000009) where the gateway's copy of vLLM's per-request timing object lacks
--- them. ttft_s is from arrival, by the preference request_facts states (migrations/000009): the
--- gateway's stream TTFT, else the engine span's, else queue_s + scheduled_to_first_token_s from
--- the timing object. This is request_facts_window without the application's columns, which
--- diagnose reads elsewhere. Spans are read up to an hour after the window.
+-- them, as request_timings_window gives them (migrations/000015: request_facts_window without
+-- the application's columns, which diagnose reads elsewhere; a view, so that a sharded schema
+-- joins each shard's own rows). ttft_s is from arrival, by the preference request_facts states
+-- (migrations/000009): the gateway's stream TTFT, else the engine span's, else queue_s +
+-- scheduled_to_first_token_s from the timing object. Spans are read up to an hour after the window.
 SELECT
     count()                                                                   AS requests,
     avgOrNull(prompt_tokens)                                                  AS prompt_tokens_mean,
@@ -29,24 +30,18 @@ SELECT
 FROM
 (
     SELECT
-        coalesce(r.prompt_tokens, s.prompt_tokens)                            AS prompt_tokens,
-        coalesce(r.completion_tokens, s.completion_tokens)                    AS completion_tokens,
-        r.cached_tokens                                                       AS cached_tokens,
-        coalesce(r.queue_s, s.queue_s)                                        AS queue_s,
-        coalesce(r.prefill_s, s.prefill_s)                                    AS prefill_s,
-        multiIf(r.ttft_s IS NOT NULL, r.ttft_s,
-                s.ttft_s IS NOT NULL, s.ttft_s,
-                r.queue_s + r.scheduled_to_first_token_s)                     AS ttft_s,
-        coalesce(r.tpot_s, r.engine_itl_s, s.tpot_s)                          AS tpot_s,
-        coalesce(r.decode_s, s.decode_s)                                      AS decode_s,
-        coalesce(r.e2e_s, s.e2e_s)                                            AS e2e_s,
-        r.finish_reason                                                       AS finish_reason,
-        r.max_tokens                                                          AS max_tokens
-    FROM requests AS r FINAL
-    LEFT JOIN engine_requests(from = fromUnixTimestamp64Micro({from_us:Int64}, 'UTC') - INTERVAL 1 MINUTE,
-                              to = fromUnixTimestamp64Micro({to_us:Int64}, 'UTC') + INTERVAL 1 HOUR) AS s
-        ON s.request_id = r.request_id
-    WHERE r.arrival_ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
-      AND r.arrival_ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')
-      AND ({model:String} = '' OR r.model = {model:String})
+        t.prompt_tokens                                                       AS prompt_tokens,
+        t.completion_tokens                                                   AS completion_tokens,
+        t.cached_tokens                                                       AS cached_tokens,
+        t.queue_s                                                             AS queue_s,
+        t.prefill_s                                                           AS prefill_s,
+        t.ttft_s                                                              AS ttft_s,
+        coalesce(t.tpot_s, t.engine_itl_s, t.engine_tpot_s)                   AS tpot_s,
+        t.decode_s                                                            AS decode_s,
+        coalesce(t.e2e_s, t.engine_e2e_s)                                     AS e2e_s,
+        t.finish_reason                                                       AS finish_reason,
+        t.max_tokens                                                          AS max_tokens
+    FROM request_timings_window(from = fromUnixTimestamp64Micro({from_us:Int64}, 'UTC'),
+                                to = fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')) AS t
+    WHERE {model:String} = '' OR t.model = {model:String}
 )

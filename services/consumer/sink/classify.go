@@ -72,6 +72,9 @@ var exceptionCodes = map[int32]code{
 	242: {"TABLE_IS_READ_ONLY", Retry},
 	243: {"NOT_ENOUGH_SPACE", Retry},
 	252: {"TOO_MANY_PARTS", Retry}, // Split when the message is about one INSERT block
+	// A synchronous insert into a Distributed table whose target shard is down (no replica
+	// answers): the shard's outage, not the rows.
+	279: {"ALL_CONNECTION_TRIES_FAILED", Retry},
 	285: {"TOO_FEW_LIVE_REPLICAS", Retry},
 	319: {"UNKNOWN_STATUS_OF_INSERT", Retry},
 	394: {"QUERY_WAS_CANCELLED", Retry},

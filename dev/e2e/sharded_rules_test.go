@@ -1,0 +1,356 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/servescope/servescope/dev/eventgen"
+	"github.com/servescope/servescope/dev/synth"
+	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/config"
+	"github.com/servescope/servescope/internal/diagnose"
+	"github.com/servescope/servescope/schema"
+	"github.com/servescope/servescope/services/consumer/sink"
+	"github.com/servescope/servescope/services/detector/service"
+)
+
+// healthyRate is the differential test's healthy arrival rate, requests per second: low enough
+// that a 24-hour baseline with the incidents and the requests of every kind stays under 8,192
+// values, the reservoir of ClickHouse's quantile, which samples above it, differently when it
+// merges two shards' states than on one server (ClickHouse's docs call its result
+// non-deterministic). Below it every quantile is exact on both.
+var healthyRate = 0.06
+
+// healthyBefore is how much healthy traffic precedes the first incident: less than the rules'
+// 24-hour baselines, which then compare with what there is (a few hundred requests and engine
+// samples, above every rule's minimum), to keep the replays' reads small on a loaded machine.
+const healthyBefore = 4 * time.Hour
+
+// incidentSpacing separates the ends of the differential test's incidents: longer than the
+// longest incident (13 min) with the longest rule window (15 min) after the one before, so that
+// each rule's window holds only its own incident.
+const incidentSpacing = 20 * time.Minute
+
+// The same demo-shaped event set — 4 hours of healthy traffic, then one incident per built-in
+// rule (dev/synth), plus requests of every event kind whose engine spans and application records
+// join them (dev/eventgen) — written through the consumer's sink to one server and to a live
+// 2-shard cluster gives the same request_facts, the same replay of every built-in rule at each
+// incident's end (the detector's --once --at: every alert with its state, labels, value,
+// baseline and summary), and the same `servescope diagnose` of each incident's window, text and
+// JSON. The healthy traffic's rate is constant, so what fires does not follow the hour the test
+// runs at; each incident's own rule must fire on the single server, so the comparison is never
+// one of two empty answers.
+func TestShardedRulesAndDiagnoseAnswerAsOneServer(t *testing.T) {
+	_, cfg, sharded := startSharded(t)
+	single, singleCfg := testenv.ClickHouse(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
+	defer cancel()
+
+	incidents, ends, events := differentialEvents(time.Now().UTC().Add(-time.Hour).Truncate(time.Minute), synth.Constant(healthyRate))
+	last := ends[len(ends)-1]
+	t.Logf("%d events: 4 h of healthy traffic and %d incidents ending %s … %s, plus %d requests of every kind",
+		len(events), len(incidents), ends[0].Format(time.RFC3339), last.Format(time.RFC3339), shardedRequests)
+	for _, conn := range []driver.Conn{single, sharded} {
+		writeAsConsumer(ctx, t, conn, events)
+	}
+
+	one, two := scalar(ctx, t, single, requestFactsSums), scalar(ctx, t, sharded, requestFactsSums)
+	t.Logf("request_facts: one server %s; sharded %s", one, two)
+	if one != two {
+		t.Errorf("request_facts differs:\n one server %s\n sharded    %s", one, two)
+	}
+
+	// diagnose's branches differ most on these incidents: queueing, retrieval, errors.
+	diagnosed := map[string]bool{"overload_queue": true, "retrieval_score_drift": true, "server_errors": true}
+	detectors := map[string]*service.Detector{
+		"one server": newReplayDetector(t, singleCfg, single),
+		"sharded":    newReplayDetector(t, cfg, sharded),
+	}
+	for i, inc := range incidents {
+		at, from := ends[i], ends[i].Add(-inc.Duration)
+		// The two replays side by side: they read different servers.
+		var out [2]string
+		var errs [2]error
+		var wg sync.WaitGroup
+		for j, name := range []string{"one server", "sharded"} {
+			wg.Go(func() {
+				var b bytes.Buffer
+				errs[j] = detectors[name].Replay(ctx, at, &b)
+				out[j] = b.String()
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatalf("replay at %s: %v", at.Format(time.RFC3339), err)
+			}
+		}
+		states := replayStates(t, out[0])
+		t.Logf("%s incident, replay at %s: %s", inc.Rule, at.Format(time.RFC3339), strings.Join(states, " "))
+		if !strings.Contains(" "+strings.Join(states, " ")+" ", " "+inc.Rule+"=firing ") {
+			t.Errorf("%s does not fire on its incident on one server: %v", inc.Rule, states)
+		}
+		if d := replayDiffers(out[0], out[1]); d != "" {
+			t.Errorf("replay at the %s incident's end differs: %s\none server:\n%s\nsharded:\n%s", inc.Rule, d, out[0], out[1])
+		}
+
+		if !diagnosed[inc.Rule] {
+			continue
+		}
+		var text, js [2]string
+		for j, conn := range []driver.Conn{single, sharded} {
+			text[j], js[j] = diagnoseOutput(ctx, t, conn, at, from, at)
+		}
+		t.Logf("%s incident, diagnose %s … %s:\n%s", inc.Rule, from.Format(time.RFC3339), at.Format(time.RFC3339), firstLines(text[0], 3))
+		if text[0] != text[1] {
+			t.Errorf("diagnose of the %s incident differs:\none server:\n%s\nsharded:\n%s", inc.Rule, text[0], text[1])
+		}
+		if d := jsonLinesDiffer(js[0], js[1]); d != "" {
+			t.Errorf("diagnose --json of the %s incident differs: %s\none server:\n%s\nsharded:\n%s", inc.Rule, d, js[0], js[1])
+		}
+	}
+}
+
+// differentialEvents are the differential test's events: healthyBefore of healthy traffic at rate, then
+// one incident per built-in rule, the last ending at last, and shardedRequests requests of every
+// event kind in the baseline. It returns the incidents and their ends with the events.
+func differentialEvents(last time.Time, rate synth.Rate) ([]synth.Incident, []time.Time, []schema.Event) {
+	incidents := synth.Incidents()
+	ends := make([]time.Time, len(incidents))
+	for i := range incidents {
+		ends[i] = last.Add(-time.Duration(len(incidents)-1-i) * incidentSpacing)
+	}
+	tr := &synth.Traffic{}
+	healthy := synth.New(17)
+	normal := func(from, to time.Time) {
+		tr.Add(healthy.Requests(from, to, rate, synth.NormalShape()))
+		tr.Add(healthy.Samples(from, to, synth.NormalEngine(rate, synth.NormalE2ES)))
+	}
+	prev := ends[0].Add(-healthyBefore)
+	for i, inc := range incidents {
+		from := ends[i].Add(-inc.Duration)
+		normal(prev, from)
+		tr.Add(inc.Generate(synth.New(uint64(300+i)), from, ends[i]))
+		// Healthy traffic resumes just after the incident's end, outside the window a replay at
+		// the end reads (its windows include their end).
+		prev = ends[i].Add(time.Second)
+	}
+	events := tr.Events()
+	// Requests of every kind, engine spans included, in the baseline: request_timings_window and
+	// request_facts join them shard by shard.
+	base := ends[0].Add(-healthyBefore / 2)
+	for i := range shardedRequests {
+		for _, k := range schema.Kinds() {
+			events = append(events, eventgen.Event(k, i, base))
+		}
+	}
+	return incidents, ends, events
+}
+
+// requestFactsSums are request_facts' counts and sums over every request.
+const requestFactsSums = `SELECT count(), uniqExact(request_id), sum(prompt_tokens), sum(completion_tokens),
+	round(sum(e2e_s), 6), round(sum(ttft_s), 6), countIf(ttft_s IS NOT NULL), groupUniqArray(ttft_source),
+	sum(engine_children), sum(app_records), round(sum(retrieval_s), 6), countIf(status_code >= 400),
+	round(sum(queue_s), 6), countIf(finish_reason = 'length'), countIf(output_script_violation)
+	FROM request_facts`
+
+// writeAsConsumer writes events as the consumer does: a batch per kind through its sink, each with
+// its deduplication token, in batches of the consumer's default size.
+func writeAsConsumer(ctx context.Context, t *testing.T, conn driver.Conn, events []schema.Event) {
+	t.Helper()
+	const batch = 5000
+	byKind := map[schema.Kind][]schema.Event{}
+	for _, e := range events {
+		byKind[e.Kind()] = append(byKind[e.Kind()], e)
+	}
+	s := sink.New(conn)
+	for _, k := range schema.Kinds() {
+		evs := byKind[k]
+		for start := 0; start < len(evs); start += batch {
+			end := min(len(evs), start+batch)
+			if err := s.InsertEvents(ctx, k, evs[start:end], fmt.Sprintf("differential-%s-%d", k, start)); err != nil {
+				t.Fatalf("insert %s: %v", k, err)
+			}
+		}
+	}
+}
+
+// newReplayDetector is the detector with every built-in rule, as `servescope-detector --once
+// --at` runs it, on conn.
+func newReplayDetector(t *testing.T, ch config.ClickHouse, conn driver.Conn) *service.Detector {
+	t.Helper()
+	defs, err := service.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := service.New(service.Config{ClickHouse: ch, Interval: 30 * time.Second, RepeatInterval: 4 * time.Hour},
+		conn, defs, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// replayStates lists rule=state for each line of a replay's output.
+func replayStates(t *testing.T, out string) []string {
+	t.Helper()
+	var states []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if line == "" {
+			continue
+		}
+		var l service.ReplayLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("replay line %q: %v", line, err)
+		}
+		states = append(states, l.Rule+"="+l.State)
+	}
+	return states
+}
+
+// diagnoseOutput is what `servescope diagnose --from from --to to` prints at now, as text and as
+// --json.
+func diagnoseOutput(ctx context.Context, t *testing.T, conn driver.Conn, now, from, to time.Time) (string, string) {
+	t.Helper()
+	window, base, err := diagnose.Ranges(now, 0, from, to, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := diagnose.Run(ctx, conn, diagnose.Options{Window: window, Baseline: base})
+	if err != nil {
+		t.Fatalf("diagnose %s … %s: %v", from.Format(time.RFC3339), to.Format(time.RFC3339), err)
+	}
+	var text, js bytes.Buffer
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	enc := json.NewEncoder(&js)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rep); err != nil {
+		t.Fatal(err)
+	}
+	return text.String(), js.String()
+}
+
+// tdigestFields are the replay fields computed from a t-digest (quantileTDigest), which is
+// approximate by design: the digest merged from two shards' digests is not the digest of one
+// pass over the same values, and its quantiles differ within the digest's error. They are
+// compared within 1%; every other number to 1e-9.
+var tdigestFields = map[string]map[string]bool{
+	"latency_p95": {".baseline": true, ".threshold": true},
+}
+
+var number = regexp.MustCompile(`[0-9][0-9.,]*`)
+
+// replayDiffers compares two replays' outputs (JSON lines) as jsonLinesDiffer does, but with the
+// t-digest fields of tdigestFields' rules within 1%, and those rules' summaries (which print the
+// fields rounded) with their numbers masked.
+func replayDiffers(a, b string) string {
+	la, lb := strings.Split(strings.TrimSpace(a), "\n"), strings.Split(strings.TrimSpace(b), "\n")
+	if len(la) != len(lb) {
+		return fmt.Sprintf("%d alerts / %d", len(la), len(lb))
+	}
+	for i := range la {
+		var va, vb map[string]any
+		if err := json.Unmarshal([]byte(la[i]), &va); err != nil {
+			return err.Error()
+		}
+		if err := json.Unmarshal([]byte(lb[i]), &vb); err != nil {
+			return err.Error()
+		}
+		approx := tdigestFields[fmt.Sprint(va["rule"])]
+		for f := range approx {
+			x, okx := va[strings.TrimPrefix(f, ".")].(float64)
+			y, oky := vb[strings.TrimPrefix(f, ".")].(float64)
+			if okx && oky && math.Abs(x-y) <= 1e-2*max(math.Abs(x), math.Abs(y)) {
+				delete(va, strings.TrimPrefix(f, "."))
+				delete(vb, strings.TrimPrefix(f, "."))
+			}
+		}
+		if approx != nil {
+			va["summary"] = number.ReplaceAllString(fmt.Sprint(va["summary"]), "#")
+			vb["summary"] = number.ReplaceAllString(fmt.Sprint(vb["summary"]), "#")
+		}
+		if d := jsonDiffer(va, vb, ""); d != "" {
+			return fmt.Sprintf("alert %d: %s", i+1, d)
+		}
+	}
+	return ""
+}
+
+// jsonLinesDiffer compares two outputs of JSON documents (one per line, or one indented
+// document) and says where they differ; "" when they are the same. Numbers are the same within a
+// relative 1e-9: a sum of floats added in another order (one shard's partial sum, then the
+// other's) differs in its last bits. Every other value must be equal.
+func jsonLinesDiffer(a, b string) string {
+	da, db := json.NewDecoder(strings.NewReader(a)), json.NewDecoder(strings.NewReader(b))
+	for i := 0; ; i++ {
+		var va, vb any
+		ea, eb := da.Decode(&va), db.Decode(&vb)
+		if ea == io.EOF && eb == io.EOF {
+			return ""
+		}
+		if ea != nil || eb != nil {
+			return fmt.Sprintf("document %d: %v / %v", i+1, ea, eb)
+		}
+		if d := jsonDiffer(va, vb, ""); d != "" {
+			return fmt.Sprintf("document %d: %s", i+1, d)
+		}
+	}
+}
+
+func jsonDiffer(a, b any, path string) string {
+	switch x := a.(type) {
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return fmt.Sprintf("%s: %v / %v", path, a, b)
+		}
+		for k := range x {
+			if d := jsonDiffer(x[k], y[k], path+"."+k); d != "" {
+				return d
+			}
+		}
+		return ""
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return fmt.Sprintf("%s: %v / %v", path, a, b)
+		}
+		for i := range x {
+			if d := jsonDiffer(x[i], y[i], fmt.Sprintf("%s[%d]", path, i)); d != "" {
+				return d
+			}
+		}
+		return ""
+	case float64:
+		y, ok := b.(float64)
+		if !ok || math.Abs(x-y) > 1e-9*max(math.Abs(x), math.Abs(y)) {
+			return fmt.Sprintf("%s: %v / %v", path, a, b)
+		}
+		return ""
+	default:
+		if a != b {
+			return fmt.Sprintf("%s: %v / %v", path, a, b)
+		}
+		return ""
+	}
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	return strings.Join(lines[:min(n, len(lines))], "\n")
+}
