@@ -62,6 +62,14 @@ func newRulesCmd() *cobra.Command {
 			out := cmd.OutOrStdout()
 			bad := 0
 			seen := map[string]string{}
+			// A user file naming a built-in rule replaces it in the detector (rules.Merge): said
+			// here, so that an override is never silent.
+			builtins := map[string]bool{}
+			if defs, err := rules.Load(builtin.Rules, builtin.RulesDir); err == nil {
+				for _, d := range defs {
+					builtins[d.Name] = true
+				}
+			}
 			for _, f := range files {
 				d, err := f.parse()
 				if err == nil {
@@ -83,7 +91,11 @@ func newRulesCmd() *cobra.Command {
 					fmt.Fprintf(out, "FAIL %v\n", err)
 					continue
 				}
-				fmt.Fprintf(out, "ok   %s (rule %s)\n", f.name, d.Name)
+				note := ""
+				if !f.builtin && builtins[d.Name] {
+					note = ", replaces the built-in rule"
+				}
+				fmt.Fprintf(out, "ok   %s (rule %s%s)\n", f.name, d.Name, note)
 			}
 			if bad > 0 {
 				return fmt.Errorf("%d of %d rule files have errors", bad, len(files))

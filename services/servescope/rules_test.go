@@ -28,6 +28,8 @@ func TestRulesCheck(t *testing.T) {
 		"bad_sql.yaml":     strings.Replace(strings.Replace(good, "%s", "bad_sql", 1), "status_code >= 500", "status >= 500", 1),
 		"no_param.yaml":    strings.Replace(strings.Replace(good, "%s", "no_param", 1), "params: {floor: 2}", "params: {flor: 2}", 1),
 		"bad_summary.yaml": strings.Replace(strings.Replace(good, "%s", "bad_summary", 1), "{{f .Value}}", "{{f .Valu}}", 1),
+		// A user rule named like a built-in one replaces it in the detector: the check says so.
+		"override.yaml": strings.Replace(good, "%s", "server_errors", 1),
 	}
 	dir := t.TempDir()
 	for name, text := range files {
@@ -36,11 +38,12 @@ func TestRulesCheck(t *testing.T) {
 		}
 	}
 	out, code, err := run(t, "rules", "check", dir)
-	if code != 1 || err == nil || !strings.Contains(err.Error(), "3 of 4 rule files have errors") {
+	if code != 1 || err == nil || !strings.Contains(err.Error(), "3 of 5 rule files have errors") {
 		t.Errorf("rules check: exit %d, %v", code, err)
 	}
 	for _, want := range []string{
-		"ok   " + filepath.Join(dir, "good.yaml") + " (rule good)",
+		"ok   " + filepath.Join(dir, "good.yaml") + " (rule good)\n",
+		"ok   " + filepath.Join(dir, "override.yaml") + " (rule server_errors, replaces the built-in rule)\n",
 		"FAIL rule file " + filepath.Join(dir, "bad_sql.yaml") + ":5: query: rule bad_sql: ClickHouse refused the query: ",
 		"FAIL rule file " + filepath.Join(dir, "no_param.yaml") + ":5: query: rule no_param: ClickHouse refused the query: Substitution `floor` is not set",
 		"FAIL rule file " + filepath.Join(dir, "bad_summary.yaml") + ":4: summary: rule bad_summary: render summary: ",

@@ -48,6 +48,10 @@ func (g *Group) Eval(ctx context.Context, ts time.Time) error {
 	for _, r := range g.Rules {
 		start := time.Now()
 		changed, err := r.Eval(ctx, ts)
+		if err != nil && ctx.Err() != nil {
+			// Stopping: the evaluation was cut short, not failed; neither logged nor counted.
+			return ctx.Err()
+		}
 		g.Metrics.observeEval(r.Name(), time.Since(start), err)
 		if err != nil {
 			g.logger().Error("rule evaluation failed", "rule", r.Name(), "ts", ts, "err", err)

@@ -186,8 +186,10 @@ const settle = 250 * time.Millisecond
 func (d *Detector) watchRules(ctx context.Context, dir string, hup <-chan os.Signal) {
 	var events <-chan fsnotify.Event
 	var watchErrs <-chan error
+	var w *fsnotify.Watcher
 	if dir != "" {
-		w, err := fsnotify.NewWatcher()
+		var err error
+		w, err = fsnotify.NewWatcher()
 		if err == nil {
 			err = w.Add(dir)
 		}
@@ -196,6 +198,12 @@ func (d *Detector) watchRules(ctx context.Context, dir string, hup <-chan os.Sig
 		} else {
 			defer w.Close()
 			events, watchErrs = w.Events, w.Errors
+			// The directory itself can be replaced (removed and created again, a git checkout, a
+			// deploy that swaps it): a watch follows the old directory, so the parent is watched
+			// too, and a directory created again under the same name is watched afresh.
+			if err := w.Add(filepath.Dir(filepath.Clean(dir))); err != nil {
+				d.log.Warn("the parent of DETECTOR_RULES_DIR is not watched: a directory created again is seen on SIGHUP only", "dir", dir, "err", err)
+			}
 		}
 	}
 	var settled <-chan time.Time
@@ -206,7 +214,16 @@ func (d *Detector) watchRules(ctx context.Context, dir string, hup <-chan os.Sig
 		case <-hup:
 			d.reloadFrom(ctx, dir, "SIGHUP")
 		case ev := <-events:
-			if ruleFileEvent(ev) {
+			if filepath.Clean(ev.Name) == filepath.Clean(dir) {
+				if ev.Has(fsnotify.Create) {
+					if err := w.Add(dir); err != nil {
+						d.log.Warn("watching DETECTOR_RULES_DIR again", "dir", dir, "err", err)
+					}
+				}
+				settled = time.After(settle)
+				continue
+			}
+			if filepath.Dir(filepath.Clean(ev.Name)) == filepath.Clean(dir) && ruleFileEvent(ev) {
 				settled = time.After(settle)
 			}
 		case err := <-watchErrs:

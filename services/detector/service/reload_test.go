@@ -241,6 +241,27 @@ func TestServeReloadsRules(t *testing.T) {
 	if got := firing("reload_errors") + firing("reload_errors_b"); got != 2 {
 		t.Errorf("after SIGHUP the receiver holds %d firing notifications, want 2", got)
 	}
+
+	// The directory replaced (removed and created again, as a checkout or a deploy does): the new
+	// one is watched, and its new rule loads without a SIGHUP.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	// The reload its removal sets off is refused (no directory), and the rules before run on.
+	waitUntil(t, "the refused reload of the removed directory", func() bool {
+		return metric(t, metricsURL, "servescope_detector_rule_reload_failures_total") == 2
+	})
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeRule(t, dir, "errors.yaml", reloadRule("reload_errors", 2, ""))
+	writeRule(t, dir, "errors_b.yaml", reloadRule("reload_errors_b", 1, ""))
+	writeRule(t, dir, "errors_c.yaml", reloadRule("reload_errors_c", 1, ""))
+	waitUntil(t, "a successful reload of the directory created again, with 13 rules", func() bool {
+		return metric(t, metricsURL, "servescope_detector_rule_last_reload_successful") == 1 &&
+			metric(t, metricsURL, "servescope_detector_rules") == 13
+	})
+	waitUntil(t, "the firing of reload_errors_c", func() bool { return firing("reload_errors_c") == 1 })
 	for _, m := range recv.messages() {
 		for _, a := range m.Alerts {
 			if a.Status != "firing" {
