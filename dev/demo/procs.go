@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,7 +65,7 @@ func (ps *Procs) Start(ctx context.Context, svc Service, timeout time.Duration) 
 		},
 	}
 	if svc.Health != "" {
-		spec.Ready = func(ctx context.Context) error { return httpOK(ctx, svc.Health) }
+		spec.Ready = proc.HTTPReady(svc.Health)
 	}
 	p, err := proc.New(spec)
 	if err != nil {
@@ -80,23 +79,6 @@ func (ps *Procs) Start(ctx context.Context, svc Service, timeout time.Duration) 
 	ps.procs = append(ps.procs, sp)
 	ps.mu.Unlock()
 	return sp, nil
-}
-
-// httpOK succeeds when a GET of rawURL answers 200.
-func httpOK(ctx context.Context, rawURL string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", rawURL, resp.Status)
-	}
-	return nil
 }
 
 // Stop stops p (SIGTERM, then SIGKILL after its service's StopGrace) and forgets it.

@@ -183,7 +183,7 @@ func startProc(ctx context.Context, t *testing.T, name, path, logDir, health str
 	t.Helper()
 	p, err := proc.New(proc.Spec{
 		Name: name, Path: path, Args: args, Env: env, Log: filepath.Join(logDir, name+".log"),
-		Ready:         func(ctx context.Context) error { return getOK(ctx, health) },
+		Ready:         proc.HTTPReady(health),
 		ReadyTimeout:  2 * time.Minute,
 		DieWithCaller: true,
 	})
@@ -200,22 +200,6 @@ func startProc(ctx context.Context, t *testing.T, name, path, logDir, health str
 		t.Fatalf("start %s: %v", name, err)
 	}
 	return p
-}
-
-func getOK(ctx context.Context, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return nil
 }
 
 // acked is the consumer's servescope_consumer_acked_messages_total on its metrics address (0 when

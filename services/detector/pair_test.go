@@ -73,7 +73,7 @@ func startDetector(t *testing.T, name string, env map[string]string) *detectorPr
 	}
 	p, err := proc.New(proc.Spec{Name: "detector " + name, Path: bin, Env: environ, Log: d.log, DieWithCaller: true,
 		StopGrace: time.Minute, ReadyTimeout: pairWait,
-		Ready: testenv.HTTPReady("http://" + d.metrics + "/readyz")})
+		Ready: proc.HTTPReady("http://" + d.metrics + "/readyz")})
 	if err != nil {
 		t.Fatal(err)
 	}

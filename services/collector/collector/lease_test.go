@@ -62,7 +62,7 @@ func startCollectorProcess(t *testing.T, name string, env map[string]string) *co
 	logPath := filepath.Join(dir, "collector.log")
 	p, err := proc.New(proc.Spec{Name: "collector " + name, Path: bin, Args: []string{"run"}, Env: environ, Log: logPath,
 		DieWithCaller: true, StopGrace: time.Minute, ReadyTimeout: 3 * time.Minute,
-		Ready: testenv.HTTPReady("http://" + c.metrics + "/readyz")})
+		Ready: proc.HTTPReady("http://" + c.metrics + "/readyz")})
 	if err != nil {
 		t.Fatal(err)
 	}
