@@ -151,7 +151,7 @@ var sqlCalls = map[string]bool{"Query": true, "QueryRow": true, "Exec": true, "P
 
 // TestDetectorSQLIsConstant scans the Go code linked into the detector binary (its own packages, as
 // `go list -deps` reports them): the SQL text of every ClickHouse call must be a constant (string
-// literals, possibly joined with +) or a rule's prepared query (a field named query, built by
+// literals, possibly joined with +) or a rule's prepared query (a field named query or its accessor Query(), built by
 // rules.NewSQLRule from the rule file and its column-checked macros), never a value formatted into
 // the text. Values go through clickhouse.WithParameters or batch Append.
 func TestDetectorSQLIsConstant(t *testing.T) {
@@ -230,6 +230,10 @@ func constantSQL(e ast.Expr) bool {
 		return constantSQL(x.X)
 	case *ast.SelectorExpr:
 		return x.Sel.Name == "query"
+	case *ast.CallExpr:
+		// The rule's prepared query through its accessor (SQLRule.Query), e.g. behind EXPLAIN.
+		sel, ok := x.Fun.(*ast.SelectorExpr)
+		return ok && sel.Sel.Name == "Query" && len(x.Args) == 0
 	case *ast.Ident:
 		// A package-level or local constant declared with const.
 		return x.Obj != nil && x.Obj.Kind == ast.Con
