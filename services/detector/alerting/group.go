@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"sync"
 	"time"
 )
 
@@ -38,21 +39,31 @@ type Group struct {
 	Resend  NotifyFunc
 	Metrics *Metrics
 	Log     *slog.Logger
+	// Concurrency is how many of the group's rules are evaluated at once (0 or 1: one after the
+	// other). The rules are independent queries, so a slow one need not hold back the others'
+	// alerts by its whole duration, nor a loaded server stretch a tick past the interval as the
+	// sum of every query's time (Prometheus's concurrent rule evaluation, its
+	// --rules.max-concurrent-evals, does the same for rules without dependencies). Results are
+	// saved and handed to the notifier in rule order once all have run.
+	Concurrency int
 }
 
 // Eval evaluates every rule at ts, persists changed and due alerts, then hands the due alerts to
 // the notifier.
 // Rule errors are logged and counted; the first is returned after all rules ran.
 func (g *Group) Eval(ctx context.Context, ts time.Time) error {
-	var errs []error
-	for _, r := range g.Rules {
-		start := time.Now()
-		changed, err := r.Eval(ctx, ts)
-		if err != nil && ctx.Err() != nil {
-			// Stopping: the evaluation was cut short, not failed; neither logged nor counted.
+	start := time.Now()
+	results := g.evalRules(ctx, ts)
+	for _, res := range results {
+		if res.err != nil && ctx.Err() != nil {
+			// Stopping: evaluations were cut short, not failed; neither logged nor counted.
 			return ctx.Err()
 		}
-		g.Metrics.observeEval(r.Name(), time.Since(start), err)
+	}
+	var errs []error
+	for i, r := range g.Rules {
+		changed, err := results[i].changed, results[i].err
+		g.Metrics.observeEval(r.Name(), results[i].took, err)
 		if err != nil {
 			g.logger().Error("rule evaluation failed", "rule", r.Name(), "ts", ts, "err", err)
 			errs = append(errs, err)
@@ -94,7 +105,43 @@ func (g *Group) Eval(ctx context.Context, ts time.Time) error {
 		}
 	}
 	g.Metrics.setAlerts(g.Rules)
+	g.Metrics.observeGroup(g.Interval, time.Since(start))
 	return errors.Join(errs...)
+}
+
+// ruleResult is one rule's evaluation: the alerts it changed, its error and how long it took.
+type ruleResult struct {
+	changed []*Alert
+	err     error
+	took    time.Duration
+}
+
+// evalRules evaluates every rule at ts, at most Concurrency at once, and returns their results
+// in rule order.
+func (g *Group) evalRules(ctx context.Context, ts time.Time) []ruleResult {
+	results := make([]ruleResult, len(g.Rules))
+	eval := func(i int) {
+		start := time.Now()
+		changed, err := g.Rules[i].Eval(ctx, ts)
+		results[i] = ruleResult{changed: changed, err: err, took: time.Since(start)}
+	}
+	if g.Concurrency <= 1 {
+		for i := range g.Rules {
+			eval(i)
+		}
+		return results
+	}
+	sem := make(chan struct{}, g.Concurrency)
+	var wg sync.WaitGroup
+	for i := range g.Rules {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			eval(i)
+		})
+	}
+	wg.Wait()
+	return results
 }
 
 // replaceByFingerprint puts a into list, replacing an entry with the same fingerprint: the alerts
@@ -134,8 +181,13 @@ func (g *Group) Run(ctx context.Context, delay time.Duration) { g.RunUntil(ctx, 
 // RunUntil is Run that also returns once stop is closed; an evaluation under way when it closes
 // finishes first (a rule reload replaces the group without cutting a query short).
 func (g *Group) RunUntil(ctx context.Context, stop <-chan struct{}, delay time.Duration) {
+	var last time.Time
 	for {
 		next := time.Now().Truncate(g.Interval).Add(g.Interval)
+		if !last.IsZero() {
+			// Ticks that passed while the previous evaluation ran are skipped, not caught up.
+			g.Metrics.missedIterations(g.Interval, int(next.Sub(last)/g.Interval)-1)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -143,6 +195,7 @@ func (g *Group) RunUntil(ctx context.Context, stop <-chan struct{}, delay time.D
 			return
 		case <-time.After(time.Until(next)):
 		}
+		last = next
 		_ = g.Eval(ctx, next.Add(-delay))
 	}
 }

@@ -11,6 +11,10 @@ type Metrics struct {
 	evalDuration *prometheus.HistogramVec
 	evalFailures *prometheus.CounterVec
 	alerts       *prometheus.GaugeVec
+	// groupDuration and groupMissed follow Prometheus's prometheus_rule_group_last_duration_seconds
+	// and prometheus_rule_group_iterations_missed_total; a group is named by its interval.
+	groupDuration *prometheus.GaugeVec
+	groupMissed   *prometheus.CounterVec
 }
 
 // NewMetrics registers the evaluation metrics on reg.
@@ -30,7 +34,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Alerts held in memory by rule and state (pending, firing, resolved).",
 		}, []string{"rule", "state"}),
 	}
-	reg.MustRegister(m.evalDuration, m.evalFailures, m.alerts)
+	m.groupDuration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "servescope_detector_group_last_duration_seconds",
+		Help: "Time the last evaluation of a rule group took, all its rules, in seconds; a group is the rules sharing an evaluation interval.",
+	}, []string{"interval"})
+	m.groupMissed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "servescope_detector_group_iterations_missed_total",
+		Help: "Evaluation ticks of a rule group skipped because the previous evaluation was still running: alerts come that much later.",
+	}, []string{"interval"})
+	reg.MustRegister(m.evalDuration, m.evalFailures, m.alerts, m.groupDuration, m.groupMissed)
 	return m
 }
 
@@ -44,6 +56,21 @@ func (m *Metrics) observeEval(rule string, d time.Duration, err error) {
 	} else {
 		m.evalFailures.WithLabelValues(rule).Add(0)
 	}
+}
+
+func (m *Metrics) observeGroup(interval, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.groupDuration.WithLabelValues(interval.String()).Set(d.Seconds())
+	m.groupMissed.WithLabelValues(interval.String()).Add(0)
+}
+
+func (m *Metrics) missedIterations(interval time.Duration, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.groupMissed.WithLabelValues(interval.String()).Add(float64(n))
 }
 
 // Forget drops the series of a rule that a reload removed.

@@ -41,6 +41,9 @@ type Config struct {
 	// EvalDelay evaluates that far behind the wall clock, so events still in the pipeline
 	// (gateway → NATS → consumer batch) are in the tables when a window is read.
 	EvalDelay time.Duration `env:"DETECTOR_EVAL_DELAY" envDefault:"10s"`
+	// RuleConcurrency is how many rules of one evaluation group (the rules sharing an interval)
+	// run their queries at once; 1 evaluates them one after the other.
+	RuleConcurrency int `env:"DETECTOR_RULE_CONCURRENCY" envDefault:"4"`
 	// ExternalURL is where the detector is reachable, sent as the messages' externalURL.
 	ExternalURL string `env:"DETECTOR_EXTERNAL_URL"`
 	// Lease makes this detector one of several with the same settings of which one at a time
@@ -64,6 +67,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.Interval < time.Second {
 		errs = append(errs, fmt.Errorf("DETECTOR_INTERVAL: must be at least 1s, got %s", c.Interval))
+	}
+	if c.RuleConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("DETECTOR_RULE_CONCURRENCY: must be at least 1, got %d", c.RuleConcurrency))
 	}
 	if c.RepeatInterval < 0 || c.EvalDelay < 0 {
 		errs = append(errs, errors.New("DETECTOR_REPEAT_INTERVAL and DETECTOR_EVAL_DELAY: must not be negative"))

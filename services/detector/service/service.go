@@ -108,7 +108,7 @@ func (d *Detector) build(defs []*rules.Definition) ([]*alerting.Rule, []*alertin
 		g, ok := byInterval[iv]
 		if !ok {
 			g = &alerting.Group{Interval: iv, Repeat: d.cfg.RepeatInterval, Store: alerting.CHStore{Conn: d.conn},
-				Notify: d.notify, Resend: d.resend, Metrics: d.metrics, Log: d.log}
+				Notify: d.notify, Resend: d.resend, Metrics: d.metrics, Log: d.log, Concurrency: d.cfg.RuleConcurrency}
 			byInterval[iv] = g
 			groups = append(groups, g)
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -103,10 +104,15 @@ func TestMetrics(t *testing.T) {
 		`servescope_detector_rule_evaluation_failures_total{rule="server_errors"} 0`,
 		`servescope_detector_alerts{rule="server_errors",state="firing"} 1`,
 		`servescope_detector_alerts{rule="slot_limit",state="firing"} 0`,
+		`servescope_detector_group_iterations_missed_total{interval="30s"} 0`,
 	} {
 		if code != 200 || !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+	if !regexp.MustCompile(`(?m)^servescope_detector_group_last_duration_seconds\{interval="30s"\} [0-9.e-]+$`).MatchString(body) ||
+		strings.Contains(body, `servescope_detector_group_last_duration_seconds{interval="30s"} 0`+"\n") {
+		t.Errorf("/metrics lacks the group's last evaluation time")
 	}
 }
 
