@@ -142,6 +142,11 @@ func (r *run) play(ctx context.Context) error {
 	flaps, flapCount := Flaps(r.recv.Alerts(), phases)
 	fmt.Fprintln(r.out)
 	WriteFlaps(r.out, flaps, flapCount)
+	if st, err := ScrapeDetectorStats(ctx, url(r.stack.Ports.Detector, "/metrics")); err != nil {
+		fmt.Fprintf(r.out, "  detector: %v\n", err)
+	} else {
+		WriteDetectorStats(r.out, st)
+	}
 	fmt.Fprintln(r.out, "\n  latency_p95, slot_limit and truncated_outputs are true positives too: the scenarios' load is not a normal")
 	fmt.Fprintln(r.out, "  day's, and loadgen sends ignore_eos so every answer runs to max_tokens, as in the measured runs.")
 	fmt.Fprintln(r.out)
