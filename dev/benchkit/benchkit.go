@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -174,25 +173,10 @@ func RaiseOpenFiles(want uint64) (uint64, error) {
 	return next.Cur, nil
 }
 
-// FreePorts returns n loopback TCP ports free at the time of the call.
-func FreePorts(n int) ([]int, error) {
-	ports := make([]int, n)
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("pick a free port: %w", err)
-		}
-		lns = append(lns, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
-}
+// FreePorts returns n distinct loopback TCP ports free at the time of the call (proc.FreePorts).
+// A child given them should be started through proc.OnFreePorts, which starts it again on fresh
+// ones when another process took one first.
+func FreePorts(n int) ([]int, error) { return proc.FreePorts(n) }
 
 // PrivateClickHouse is a ClickHouse server of this bench's own: the dev build that
 // scripts/dev-services installs (dev/servers), on free loopback ports, its data under dir.
@@ -206,37 +190,43 @@ type PrivateClickHouse struct {
 // (the system's temporary directory when empty); root is the repository root, whose .cache holds
 // the installed programs. Stop it with Stop, which removes the data.
 func StartPrivateClickHouse(ctx context.Context, root, parent string, log *slog.Logger) (*PrivateClickHouse, error) {
-	ports, err := FreePorts(2)
-	if err != nil {
-		return nil, err
-	}
-	return startPrivateClickHouse(ctx, root, parent, ports[0], ports[1], nil, log)
+	var p *PrivateClickHouse
+	_, err := proc.OnFreePorts(ctx, 2, func(ctx context.Context, ports []int) error {
+		var err error
+		p, err = startPrivateClickHouse(ctx, root, parent, ports[0], ports[1], nil, log)
+		return err
+	})
+	return p, err
 }
 
 // StartPrivateShards starts n private servers as the n shards (one replica each) of cluster in
 // their remote_servers, with database as every replica's default_database (the sharded schema's
 // local database, see servers.ClickHouse.ClusterDatabase). Stop each with Stop.
 func StartPrivateShards(ctx context.Context, root, parent, cluster, database string, n int, log *slog.Logger) ([]*PrivateClickHouse, error) {
-	ports, err := FreePorts(2 * n)
+	var out []*PrivateClickHouse
+	// Every shard names every other's native port: a port lost by one is new ports for all.
+	_, err := proc.OnFreePorts(ctx, 2*n, func(ctx context.Context, ports []int) error {
+		layout := make([][]string, n)
+		for i := range n {
+			layout[i] = []string{"127.0.0.1:" + strconv.Itoa(ports[2*i])}
+		}
+		out = nil
+		for i := range n {
+			p, err := startPrivateClickHouse(ctx, root, parent, ports[2*i], ports[2*i+1], func(c *servers.ClickHouse) {
+				c.Clusters, c.ClusterDatabase = map[string][][]string{cluster: layout}, database
+			}, log)
+			if err != nil {
+				for _, p := range out {
+					p.Stop()
+				}
+				return err
+			}
+			out = append(out, p)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	layout := make([][]string, n)
-	for i := range n {
-		layout[i] = []string{"127.0.0.1:" + strconv.Itoa(ports[2*i])}
-	}
-	var out []*PrivateClickHouse
-	for i := range n {
-		p, err := startPrivateClickHouse(ctx, root, parent, ports[2*i], ports[2*i+1], func(c *servers.ClickHouse) {
-			c.Clusters, c.ClusterDatabase = map[string][][]string{cluster: layout}, database
-		}, log)
-		if err != nil {
-			for _, p := range out {
-				p.Stop()
-			}
-			return nil, err
-		}
-		out = append(out, p)
 	}
 	return out, nil
 }

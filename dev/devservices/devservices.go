@@ -250,6 +250,11 @@ func Up(ctx context.Context, c Config) error {
 	for _, s := range c.servers() {
 		if err := c.up(ctx, s); err != nil {
 			c.say("%s: %v", s.name, err)
+			if errors.Is(err, proc.ErrAddrInUse) {
+				// Said apart so that a caller on picked ports (a test) can try others.
+				errs = append(errs, fmt.Errorf("%s did not come up: %w", s.name, proc.ErrAddrInUse))
+				continue
+			}
 			errs = append(errs, fmt.Errorf("%s did not come up", s.name))
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -98,12 +97,11 @@ func TestCommandLines(t *testing.T) {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := proc.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	return strconv.Itoa(ports[0])
 }
 
 // privateCache is a cache directory of its own whose programs are those scripts/dev-services
@@ -141,17 +139,23 @@ func privateCache(t *testing.T) string {
 func TestUpStatusDown(t *testing.T) {
 	cache := privateCache(t)
 	var out, msgs bytes.Buffer
-	cfg, err := Load(t.TempDir(), env(map[string]string{
-		servers.CacheDirEnv:                   cache,
-		"SERVESCOPE_DEV_NATS_PORT":            freePort(t),
-		"SERVESCOPE_DEV_NATS_MONITOR_PORT":    freePort(t),
-		"SERVESCOPE_DEV_CLICKHOUSE_TCP_PORT":  freePort(t),
-		"SERVESCOPE_DEV_CLICKHOUSE_HTTP_PORT": freePort(t),
-	}))
-	if err != nil {
-		t.Fatal(err)
+	root := t.TempDir()
+	load := func(ports []int) Config {
+		t.Helper()
+		cfg, err := Load(root, env(map[string]string{
+			servers.CacheDirEnv:                   cache,
+			"SERVESCOPE_DEV_NATS_PORT":            strconv.Itoa(ports[0]),
+			"SERVESCOPE_DEV_NATS_MONITOR_PORT":    strconv.Itoa(ports[1]),
+			"SERVESCOPE_DEV_CLICKHOUSE_TCP_PORT":  strconv.Itoa(ports[2]),
+			"SERVESCOPE_DEV_CLICKHOUSE_HTTP_PORT": strconv.Itoa(ports[3]),
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Out, cfg.Err = &out, &msgs
+		return cfg
 	}
-	cfg.Out, cfg.Err = &out, &msgs
+	var cfg Config
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	t.Cleanup(func() {
@@ -179,11 +183,22 @@ func TestUpStatusDown(t *testing.T) {
 		msgs.Reset()
 	}
 
-	if err := Status(ctx, cfg); !errors.Is(err, ErrUnhealthy) {
-		t.Fatalf("status before up: %v, want ErrUnhealthy", err)
-	}
-	step("status before up", nil, []string{"nats        stopped", "clickhouse  stopped"}, nil)
-	step("up", Up(ctx, cfg), nil, []string{"nats started (pid", "clickhouse started (pid"})
+	// Up on picked ports, on fresh ones when another process took one before its server bound it.
+	_, err := proc.OnFreePorts(ctx, 4, func(ctx context.Context, ports []int) error {
+		cfg = load(ports)
+		if err := Status(ctx, cfg); !errors.Is(err, ErrUnhealthy) {
+			t.Fatalf("status before up: %v, want ErrUnhealthy", err)
+		}
+		step("status before up", nil, []string{"nats        stopped", "clickhouse  stopped"}, nil)
+		err := Up(ctx, cfg)
+		if err != nil {
+			_ = Down(context.Background(), cfg, "")
+			out.Reset()
+			msgs.Reset()
+		}
+		return err
+	})
+	step("up", err, nil, []string{"nats started (pid", "clickhouse started (pid"})
 	step("status", Status(ctx, cfg), []string{"nats        running pid", "clickhouse  running pid", "healthy"}, nil)
 	step("up again", Up(ctx, cfg), nil, []string{"nats already running", "clickhouse already running"})
 

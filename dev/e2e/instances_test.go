@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -60,23 +59,25 @@ func TestSeveralInstancesStoreEachRequestOnce(t *testing.T) {
 		t.Fatalf("servescope migrate up did not create the streams at 3 replicas and the durable consumer:\n%s", out)
 	}
 
-	engine := freeAddr(t)
-	startProc(ctx, t, "vllmsim", filepath.Join(bin, "vllmsim"), logDir, "http://"+engine+"/health", nil,
-		"--listen", engine, "--model", "sim-7b", "--time-scale", "20")
+	_, engine := startProc(ctx, t, "vllmsim", filepath.Join(bin, "vllmsim"), logDir, func(addr string) (string, []string, []string) {
+		return "http://" + addr + "/health", nil, []string{"--listen", addr, "--model", "sim-7b", "--time-scale", "20"}
+	})
 	gateways := make([]string, 2)
 	for i := range gateways {
 		name := "gateway-" + strconv.Itoa(i+1)
-		gateways[i] = freeAddr(t)
-		startProc(ctx, t, name, filepath.Join(bin, "gateway"), logDir, "http://"+gateways[i]+"/readyz", environ(shared,
-			"GATEWAY_LISTEN_ADDR", gateways[i], "GATEWAY_UPSTREAM_URL", "http://"+engine,
-			"GATEWAY_SPOOL_DIR", filepath.Join(t.TempDir(), "spool"), "GATEWAY_NAME", name))
+		spool := filepath.Join(t.TempDir(), "spool")
+		_, gateways[i] = startProc(ctx, t, name, filepath.Join(bin, "gateway"), logDir, func(addr string) (string, []string, []string) {
+			return "http://" + addr + "/readyz", environ(shared,
+				"GATEWAY_LISTEN_ADDR", addr, "GATEWAY_UPSTREAM_URL", "http://"+engine,
+				"GATEWAY_SPOOL_DIR", spool, "GATEWAY_NAME", name), nil
+		})
 	}
 	consumers := make([]*proc.Process, 2)
 	metrics := make([]string, 2)
 	for i := range consumers {
-		metrics[i] = freeAddr(t)
-		consumers[i] = startProc(ctx, t, "consumer-"+strconv.Itoa(i+1), filepath.Join(bin, "consumer"), logDir,
-			"http://"+metrics[i]+"/readyz", environ(shared, "CONSUMER_METRICS_ADDR", metrics[i]))
+		consumers[i], metrics[i] = startProc(ctx, t, "consumer-"+strconv.Itoa(i+1), filepath.Join(bin, "consumer"), logDir, func(addr string) (string, []string, []string) {
+			return "http://" + addr + "/readyz", environ(shared, "CONSUMER_METRICS_ADDR", addr), nil
+		})
 	}
 
 	tr := startChatTraffic(t, gateways)
@@ -166,29 +167,25 @@ func environ(m map[string]string, kv ...string) []string {
 	return env
 }
 
-func freeAddr(t *testing.T) string {
+// startProc starts path through dev/proc on a fresh loopback address, its output in
+// logDir/name.log: describe gives, for the address, the health URL it is ready on (200), its
+// environment and its arguments. A process that finds the address taken before it binds it is
+// started again on a fresh one (proc.StartOnFreePorts). It is stopped (SIGTERM, then SIGKILL)
+// when the test ends and its log's tail shown if the test failed. It returns the process and the
+// address.
+func startProc(ctx context.Context, t *testing.T, name, path, logDir string, describe func(addr string) (health string, env, args []string)) (*proc.Process, string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// startProc starts path through dev/proc, ready once health answers 200, its output in
-// logDir/name.log; it is stopped (SIGTERM, then SIGKILL) when the test ends and its log's tail
-// shown if the test failed.
-func startProc(ctx context.Context, t *testing.T, name, path, logDir, health string, env []string, args ...string) *proc.Process {
-	t.Helper()
-	p, err := proc.New(proc.Spec{
-		Name: name, Path: path, Args: args, Env: env, Log: filepath.Join(logDir, name+".log"),
-		Ready:         proc.HTTPReady(health),
-		ReadyTimeout:  2 * time.Minute,
-		DieWithCaller: true,
+	p, ports, err := proc.StartOnFreePorts(ctx, 1, func(ports []int) (proc.Spec, error) {
+		health, env, args := describe("127.0.0.1:" + strconv.Itoa(ports[0]))
+		return proc.Spec{
+			Name: name, Path: path, Args: args, Env: env, Log: filepath.Join(logDir, name+".log"),
+			Ready:         proc.HTTPReady(health),
+			ReadyTimeout:  2 * time.Minute,
+			DieWithCaller: true,
+		}, nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("start %s: %v (log %s)", name, err, filepath.Join(logDir, name+".log"))
 	}
 	t.Cleanup(func() {
 		_ = p.Stop(context.Background())
@@ -196,10 +193,7 @@ func startProc(ctx context.Context, t *testing.T, name, path, logDir, health str
 			t.Logf("%s: %s", name, p.LogTail())
 		}
 	})
-	if err := p.Start(ctx); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	return p
+	return p, "127.0.0.1:" + strconv.Itoa(ports[0])
 }
 
 // acked is the consumer's servescope_consumer_acked_messages_total on its metrics address (0 when

@@ -42,11 +42,11 @@ func StartDetached(ctx context.Context, spec Spec) (int, error) {
 		killGroup(r.pid)
 		<-r.done
 		removePidFile(spec.PidFile, r.pid)
-		return 0, fmt.Errorf("start %s: %w", spec.Name, err)
+		return 0, fmt.Errorf("start %s: %w", spec.Name, bindError(&spec, r, err))
 	}
 	if r.finished() {
 		removePidFile(spec.PidFile, r.pid)
-		return 0, fmt.Errorf("start %s: %w", spec.Name, startExitErr(&spec, r))
+		return 0, fmt.Errorf("start %s: %w", spec.Name, bindError(&spec, r, startExitErr(&spec, r)))
 	}
 	return r.pid, nil
 }

@@ -145,6 +145,8 @@ type run struct {
 	cmd  *exec.Cmd
 	pid  int
 	done chan struct{} // closed once the process has been reaped and the fields below are final
+	// logStart is the size of the log before this run wrote to it: what follows is this run's.
+	logStart int64
 
 	mu       sync.Mutex
 	live     bool // Start succeeded: from now on an unannounced exit is a crash
@@ -215,13 +217,13 @@ func (p *Process) Start(ctx context.Context) error {
 	if err := waitReady(ctx, &p.spec, r.pid, r.exitErr); err != nil {
 		killGroup(r.pid)
 		<-r.done
-		return fmt.Errorf("start %s: %w", p.spec.Name, err)
+		return fmt.Errorf("start %s: %w", p.spec.Name, bindError(&p.spec, r, err))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// Ready may have been answered by another process on the same port while this one failed.
 	if r.exited && p.spec.Ready != nil {
-		return fmt.Errorf("start %s: %w", p.spec.Name, startExitErr(&p.spec, r))
+		return fmt.Errorf("start %s: %w", p.spec.Name, bindError(&p.spec, r, startExitErr(&p.spec, r)))
 	}
 	r.live = true
 	return nil
@@ -404,6 +406,10 @@ func launch(spec *Spec, detached bool) (*run, error) {
 	}
 	// The child holds its own copy of the descriptor.
 	defer logFile.Close()
+	var logStart int64
+	if fi, err := logFile.Stat(); err == nil {
+		logStart = fi.Size()
+	}
 	fmt.Fprintf(logFile, "=== %s proc: starting %s: %s\n", stamp(), spec.Name, spec.commandLine())
 
 	cmd := exec.Command(spec.Path, spec.Args...)
@@ -430,7 +436,7 @@ func launch(spec *Spec, detached bool) (*run, error) {
 		fmt.Fprintf(logFile, "=== %s proc: start failed: %v\n", stamp(), err)
 		return nil, fmt.Errorf("start %s: %w", spec.Name, err)
 	}
-	r := &run{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
+	r := &run{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{}), logStart: logStart}
 	if spec.PidFile != "" {
 		if err := writeChildPidFile(spec.PidFile, cmd); err != nil {
 			killGroup(r.pid)

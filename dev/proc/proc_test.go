@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -726,4 +729,91 @@ func TestDieWithCaller(t *testing.T) {
 	_ = caller.Process.Kill()
 	_ = caller.Wait()
 	waitVanished(t, pid)
+}
+
+// listenerEnv names the ports a copy of this test binary listens on when it runs as
+// TestStartOnFreePortsWhenAPortIsTaken's child.
+const listenerEnv = "PROC_TEST_LISTEN"
+
+// listen is the child's part: bind every port of $PROC_TEST_LISTEN (a bind that fails ends it
+// with Go's error, "… bind: address already in use"), then answer 200 on the first until killed.
+func listen(t *testing.T, ports string) {
+	var lns []net.Listener
+	for _, p := range strings.Split(ports, ",") {
+		l, err := net.Listen("tcp", "127.0.0.1:"+p)
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		lns = append(lns, l)
+	}
+	fmt.Println("listening on", ports)
+	t.Fatal(http.Serve(lns[0], http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+}
+
+// listenerSpec runs a copy of this test binary as a child that listens on ports, ready once the
+// first answers.
+func listenerSpec(dir string, ports []int) Spec {
+	list := make([]string, len(ports))
+	for i, p := range ports {
+		list[i] = strconv.Itoa(p)
+	}
+	return Spec{
+		Name: "listener", Path: os.Args[0], Args: []string{"-test.run=^TestStartOnFreePortsWhenAPortIsTaken$"},
+		Env: []string{listenerEnv + "=" + strings.Join(list, ",")}, Log: filepath.Join(dir, "listener.log"),
+		Ready: HTTPReady(fmt.Sprintf("http://127.0.0.1:%d/", ports[0])), DieWithCaller: true,
+	}
+}
+
+// TestStartOnFreePortsWhenAPortIsTaken: another process binds one of the ports picked for a
+// child between the pick and the child's start (as a busy machine's outgoing connections or
+// another test's servers do); the child's failed bind is recognised (ErrAddrInUse, from its
+// log) and it comes up on fresh ports.
+func TestStartOnFreePortsWhenAPortIsTaken(t *testing.T) {
+	if ports := os.Getenv(listenerEnv); ports != "" {
+		listen(t, ports)
+		return
+	}
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	var taken net.Listener
+	var takenPort int
+	attempts := 0
+	p, ports, err := StartOnFreePorts(ctx, 2, func(ports []int) (Spec, error) {
+		attempts++
+		if taken == nil {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", ports[1]))
+			if err != nil {
+				// Taken already by someone else: the child fails on it all the same.
+				return listenerSpec(dir, ports), nil
+			}
+			taken, takenPort = l, ports[1]
+			t.Cleanup(func() { _ = l.Close() })
+		}
+		return listenerSpec(dir, ports), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Kill(context.Background()) })
+	if attempts < 2 || slices.Contains(ports, takenPort) {
+		t.Errorf("started on ports %v after %d attempts; want a second attempt without the taken port %d", ports, attempts, takenPort)
+	}
+	if err := HTTPReady(fmt.Sprintf("http://127.0.0.1:%d/", ports[0]))(ctx); err != nil || !p.Running() {
+		t.Errorf("the child on its fresh ports: running %t, %v", p.Running(), err)
+	}
+	if log := readFile(t, filepath.Join(dir, "listener.log")); !strings.Contains(log, "address already in use") {
+		t.Errorf("the first child's failure is not in its log:\n%s", log)
+	}
+
+	// Start alone says what happened; a child failing for another reason is not mistaken for it.
+	q := newProcess(t, listenerSpec(t.TempDir(), []int{takenPort}))
+	if err := q.Start(ctx); !errors.Is(err, ErrAddrInUse) {
+		t.Errorf("start on a taken port: %v, want ErrAddrInUse", err)
+	}
+	other := script(t, "fails", `echo "no config"; exit 3`)
+	other.Ready = func(context.Context) error { return errors.New("not ready") }
+	if err := newProcess(t, other).Start(ctx); err == nil || errors.Is(err, ErrAddrInUse) {
+		t.Errorf("start of a child that fails otherwise: %v, want an error that is not ErrAddrInUse", err)
+	}
 }

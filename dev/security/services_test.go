@@ -7,7 +7,6 @@ import (
 	"github.com/servescope/servescope/internal/access"
 	"github.com/servescope/servescope/internal/access/accesstest"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -54,30 +53,45 @@ func buildServices(t *testing.T) string {
 	return dir
 }
 
-// startService runs bin with exactly env (plus PATH and HOME) in its own process group; output goes
-// to <logDir>/<name>.log. The process is killed at the end of the test.
-func startService(t *testing.T, name, bin, logDir string, env map[string]string, args ...string) *proc {
+// startService runs bin in its own process group with exactly the environment env returns for n
+// fresh loopback addresses (plus PATH and HOME), and returns once the URL env returns answers
+// 200, with the addresses; output goes to <logDir>/<name>.log. A service that finds an address
+// taken before it binds it is started again on fresh ones (proc.StartOnFreePorts). The process
+// is killed at the end of the test.
+func startService(t *testing.T, name, bin, logDir string, n int, env func(addrs []string) (vars map[string]string, readyURL string), args ...string) (*proc, []string) {
 	t.Helper()
 	logPath := filepath.Join(logDir, name+".log")
-	environ := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-	for k, v := range env {
-		environ = append(environ, k+"="+v)
-	}
-	p, err := devproc.New(devproc.Spec{Name: name, Path: bin, Args: args, Env: environ, ClearEnv: true, Log: logPath, DieWithCaller: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, ports, err := devproc.StartOnFreePorts(t.Context(), n, func(ports []int) (devproc.Spec, error) {
+		vars, ready := env(addrs(ports))
+		environ := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+		for k, v := range vars {
+			environ = append(environ, k+"="+v)
+		}
+		return devproc.Spec{Name: name, Path: bin, Args: args, Env: environ, ClearEnv: true, Log: logPath,
+			DieWithCaller: true, Ready: devproc.HTTPReady(ready), ReadyTimeout: time.Minute}, nil
+	})
 	t.Cleanup(func() {
-		_ = p.Kill(context.Background())
+		if p != nil {
+			_ = p.Kill(context.Background())
+		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			t.Logf("%s log:\n%s", name, tail(string(b), 40))
 		}
 	})
-	if err := p.Start(context.Background()); err != nil {
+	if err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	return &proc{Process: p, name: name, log: logPath}
+	return &proc{Process: p, name: name, log: logPath}, addrs(ports)
+}
+
+// addrs are the loopback addresses of ports.
+func addrs(ports []int) []string {
+	out := make([]string, len(ports))
+	for i, p := range ports {
+		out[i] = "127.0.0.1:" + strconv.Itoa(p)
+	}
+	return out
 }
 
 // stop ends the process: SIGKILL as a crash would, else SIGTERM to the process group and
@@ -116,45 +130,6 @@ func tail(s string, lines int) string {
 		l = l[len(l)-lines:]
 	}
 	return strings.Join(l, "\n")
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// waitHTTP polls url until it answers 200, or fails the test after timeout with the service's log.
-func waitHTTP(t *testing.T, s *proc, url string, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	client := &http.Client{Timeout: 2 * time.Second}
-	var last string
-	for time.Now().Before(deadline) {
-		select {
-		case <-s.Done():
-			b, _ := os.ReadFile(s.log)
-			t.Fatalf("%s exited before it served %s:\n%s", s.name, url, tail(string(b), 30))
-		default:
-		}
-		resp, err := client.Get(url)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s did not serve %s within %s (last: %s)", s.name, url, timeout, last)
 }
 
 func do(t *testing.T, method, url string, header map[string]string, body io.Reader) (int, string) {
@@ -285,56 +260,58 @@ func TestServicesKeepSecretsAndLimitBodies(t *testing.T) {
 	// the consumer below and of the one with a wrong ClickHouse password at the end.
 	setUpStreams(t, natsEnv(secrets["NATS password"]), map[string]string{"CONSUMER_FLUSH_INTERVAL": "200ms"},
 		map[string]string{"CONSUMER_DURABLE": "servescope-writer-bad"})
-	vllmAddr, gwAddr, gwBadAddr := freeAddr(t), freeAddr(t), freeAddr(t)
-	colHTTP, colGRPC, colMetrics := freeAddr(t), freeAddr(t), freeAddr(t)
-	conMetrics, detMetrics, ragAddr := freeAddr(t), freeAddr(t), freeAddr(t)
-
-	vllm := startService(t, "vllmsim", filepath.Join(bin, "vllmsim"), logs, map[string]string{
-		"VLLMSIM_LISTEN": vllmAddr, "VLLMSIM_TIME_SCALE": "20",
-	})
-	waitHTTP(t, vllm, "http://"+vllmAddr+"/health", time.Minute)
+	// Each service is started on fresh loopback addresses and waited for (its /healthz), on new
+	// ones when another process took one before it bound it.
+	one := func(key, ready string, vars map[string]string) func([]string) (map[string]string, string) {
+		return func(a []string) (map[string]string, string) {
+			return merge(vars, map[string]string{key: a[0]}), "http://" + a[0] + ready
+		}
+	}
+	vllm, ad := startService(t, "vllmsim", filepath.Join(bin, "vllmsim"), logs, 1, one("VLLMSIM_LISTEN", "/health", map[string]string{
+		"VLLMSIM_TIME_SCALE": "20",
+	}))
+	vllmAddr := ad[0]
 	gwEnv := map[string]string{
 		"GATEWAY_UPSTREAM_URL": "http://" + vllmAddr, "GATEWAY_MAX_BODY_BYTES": strconv.Itoa(gatewayMaxBody),
 		"GATEWAY_INGEST_MAX_BYTES": strconv.Itoa(ingestMaxBody), "SERVESCOPE_INGEST_TOKEN": secrets["ingest token"],
 	}
-	gw := startService(t, "gateway", filepath.Join(bin, "gateway"), logs, merge(natsEnv(secrets["NATS password"]), gwEnv, map[string]string{
-		"GATEWAY_LISTEN_ADDR": gwAddr, "GATEWAY_SPOOL_DIR": filepath.Join(work, "gw-spool"), "GATEWAY_NAME": "sec-gw",
-	}))
+	gw, ad := startService(t, "gateway", filepath.Join(bin, "gateway"), logs, 1, one("GATEWAY_LISTEN_ADDR", "/healthz", merge(natsEnv(secrets["NATS password"]), gwEnv, map[string]string{
+		"GATEWAY_SPOOL_DIR": filepath.Join(work, "gw-spool"), "GATEWAY_NAME": "sec-gw",
+	})))
+	gwAddr := ad[0]
 	// A gateway that captures prompt and output text, with a redaction pattern for card numbers.
-	gwCapAddr := freeAddr(t)
-	gwCap := startService(t, "gateway-capture", filepath.Join(bin, "gateway"), logs, merge(natsEnv(secrets["NATS password"]), gwEnv, map[string]string{
-		"GATEWAY_LISTEN_ADDR": gwCapAddr, "GATEWAY_SPOOL_DIR": filepath.Join(work, "gw-cap-spool"), "GATEWAY_NAME": "sec-gw-capture",
+	gwCap, ad := startService(t, "gateway-capture", filepath.Join(bin, "gateway"), logs, 1, one("GATEWAY_LISTEN_ADDR", "/healthz", merge(natsEnv(secrets["NATS password"]), gwEnv, map[string]string{
+		"GATEWAY_SPOOL_DIR": filepath.Join(work, "gw-cap-spool"), "GATEWAY_NAME": "sec-gw-capture",
 		"GATEWAY_CAPTURE_CONTENT": "true", "GATEWAY_CAPTURE_REDACT": "cardno-[0-9a-f]+",
-	}))
+	})))
+	gwCapAddr := ad[0]
 	// A second gateway with a wrong NATS password: it must serve anyway (events go to its spool) and
 	// log the refusal without the password.
-	gwBad := startService(t, "gateway-wrong-nats-password", filepath.Join(bin, "gateway"), logs, merge(natsEnv(secrets["wrong NATS password"]), gwEnv, map[string]string{
-		"GATEWAY_LISTEN_ADDR": gwBadAddr, "GATEWAY_SPOOL_DIR": filepath.Join(work, "gw-bad-spool"), "GATEWAY_NAME": "sec-gw-bad",
-	}))
-	con := startService(t, "consumer", filepath.Join(bin, "consumer"), logs, merge(natsEnv(secrets["NATS password"]), chEnv(a.Consumer), map[string]string{
-		"CONSUMER_METRICS_ADDR": conMetrics, "CONSUMER_FLUSH_INTERVAL": "200ms",
-	}))
-	col := startService(t, "collector", filepath.Join(bin, "collector"), logs, merge(natsEnv(secrets["NATS password"]), map[string]string{
-		"COLLECTOR_OTLP_HTTP_ADDR": colHTTP, "COLLECTOR_OTLP_GRPC_ADDR": colGRPC, "COLLECTOR_METRICS_ADDR": colMetrics,
-		"COLLECTOR_TARGETS": "http://" + vllmAddr + "/metrics", "COLLECTOR_STATE_DIR": filepath.Join(work, "col-state"),
-		"COLLECTOR_SPOOL_DIR": filepath.Join(work, "col-spool"),
-	}), "run")
-	det := startService(t, "detector", filepath.Join(bin, "detector"), logs, merge(chEnv(a.Detector), map[string]string{
-		"DETECTOR_METRICS_ADDR": detMetrics, "DETECTOR_INTERVAL": "1s", "DETECTOR_EVAL_DELAY": "0s",
+	gwBad, ad := startService(t, "gateway-wrong-nats-password", filepath.Join(bin, "gateway"), logs, 1, one("GATEWAY_LISTEN_ADDR", "/healthz", merge(natsEnv(secrets["wrong NATS password"]), gwEnv, map[string]string{
+		"GATEWAY_SPOOL_DIR": filepath.Join(work, "gw-bad-spool"), "GATEWAY_NAME": "sec-gw-bad",
+	})))
+	gwBadAddr := ad[0]
+	con, _ := startService(t, "consumer", filepath.Join(bin, "consumer"), logs, 1, one("CONSUMER_METRICS_ADDR", "/healthz", merge(natsEnv(secrets["NATS password"]), chEnv(a.Consumer), map[string]string{
+		"CONSUMER_FLUSH_INTERVAL": "200ms",
+	})))
+	col, ad := startService(t, "collector", filepath.Join(bin, "collector"), logs, 3, func(ad []string) (map[string]string, string) {
+		return merge(natsEnv(secrets["NATS password"]), map[string]string{
+			"COLLECTOR_OTLP_HTTP_ADDR": ad[0], "COLLECTOR_OTLP_GRPC_ADDR": ad[1], "COLLECTOR_METRICS_ADDR": ad[2],
+			"COLLECTOR_TARGETS": "http://" + vllmAddr + "/metrics", "COLLECTOR_STATE_DIR": filepath.Join(work, "col-state"),
+			"COLLECTOR_SPOOL_DIR": filepath.Join(work, "col-spool"),
+		}), "http://" + ad[2] + "/healthz"
+	}, "run")
+	colHTTP := ad[0]
+	det, _ := startService(t, "detector", filepath.Join(bin, "detector"), logs, 1, one("DETECTOR_METRICS_ADDR", "/healthz", merge(chEnv(a.Detector), map[string]string{
+		"DETECTOR_INTERVAL": "1s", "DETECTOR_EVAL_DELAY": "0s",
 		"DETECTOR_WEBHOOK_URLS": hook.URL, "DETECTOR_WEBHOOK_SECRET_FILE": secretFile("webhook", secrets["webhook secret"]),
-	}))
-	rag := startService(t, "ragdemo", filepath.Join(bin, "ragdemo"), logs, merge(natsEnv(secrets["NATS password"]), map[string]string{
-		"RAGDEMO_LISTEN_ADDR": ragAddr, "RAGDEMO_GATEWAY_URL": "http://" + gwAddr,
+	})))
+	rag, ad := startService(t, "ragdemo", filepath.Join(bin, "ragdemo"), logs, 1, one("RAGDEMO_LISTEN_ADDR", "/healthz", merge(natsEnv(secrets["NATS password"]), map[string]string{
+		"RAGDEMO_GATEWAY_URL": "http://" + gwAddr,
 		"RAGDEMO_ADMIN_TOKEN": secrets["ragdemo admin token"], "RAGDEMO_MAX_TOKENS": "8",
 		"RAGDEMO_SPOOL_DIR": filepath.Join(work, "rag-spool"),
-	}))
-	waitHTTP(t, gw, "http://"+gwAddr+"/healthz", time.Minute)
-	waitHTTP(t, gwBad, "http://"+gwBadAddr+"/healthz", time.Minute)
-	waitHTTP(t, gwCap, "http://"+gwCapAddr+"/healthz", time.Minute)
-	waitHTTP(t, con, "http://"+conMetrics+"/healthz", time.Minute)
-	waitHTTP(t, col, "http://"+colMetrics+"/healthz", time.Minute)
-	waitHTTP(t, det, "http://"+detMetrics+"/healthz", time.Minute)
-	waitHTTP(t, rag, "http://"+ragAddr+"/healthz", time.Minute)
+	})))
+	ragAddr := ad[0]
 
 	phase("all services serve")
 	// Traffic, with secrets in flight and failed authentication.
@@ -495,10 +472,10 @@ func TestServicesKeepSecretsAndLimitBodies(t *testing.T) {
 	phase("services stopped")
 	// Last, because the libchdb engine aborts after refusing a native-protocol login: a consumer with
 	// a wrong ClickHouse password must fail with a clear error that does not show it.
-	bad := startService(t, "consumer-wrong-clickhouse-password", filepath.Join(bin, "consumer"), logs,
+	bad, _ := startService(t, "consumer-wrong-clickhouse-password", filepath.Join(bin, "consumer"), logs, 1, one("CONSUMER_METRICS_ADDR", "/healthz",
 		merge(natsEnv(secrets["NATS password"]), chEnv(access.Account{User: a.Consumer.User, Password: secrets["wrong ClickHouse pw"]}), map[string]string{
-			"CONSUMER_METRICS_ADDR": freeAddr(t), "CONSUMER_DURABLE": "servescope-writer-bad",
-		}))
+			"CONSUMER_DURABLE": "servescope-writer-bad",
+		})))
 	// The consumer keeps retrying (an unreachable ClickHouse never loses a record), so what matters is
 	// that its log names the problem.
 	deadline = time.Now().Add(30 * time.Second)

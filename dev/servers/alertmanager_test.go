@@ -1,11 +1,13 @@
 package servers_test
 
 import (
+	"context"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/servescope/servescope/dev/proc"
 	"github.com/servescope/servescope/dev/servers"
 	"github.com/servescope/servescope/dev/testenv"
 )
@@ -37,12 +39,17 @@ func TestAlertmanagerStartsAndRefusesABadConfig(t *testing.T) {
 	if !strings.Contains(string(out), "github.com/prometheus/alertmanager\t"+servers.AlertmanagerVersion) {
 		t.Errorf("%s is not alertmanager %s:\n%s", good.Bin, servers.AlertmanagerVersion, out)
 	}
-	s, err := servers.NewAlertmanager(good)
+	// On a fresh port again when another process took the one picked before it bound it.
+	_, err = proc.OnFreePorts(ctx, 1, func(ctx context.Context, ports []int) error {
+		good.Port = ports[0]
+		s, err := servers.NewAlertmanager(good)
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { _ = s.Kill(context.Background()) })
+		return s.Start(ctx)
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Kill(ctx) })
-	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := good.Healthy(ctx); err != nil {

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/servescope/servescope/dev/proc"
 	"github.com/servescope/servescope/dev/servers"
 	"github.com/servescope/servescope/dev/testenv"
 )
@@ -40,14 +42,15 @@ func installed(t *testing.T) servers.Installed {
 	return in
 }
 
+// freePort picks a port for a server a test starts itself (one expected to fail, or whose port
+// is its subject); startNATS and startClickHouse pick theirs through proc.OnFreePorts.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := proc.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports[0]
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -57,19 +60,26 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// startNATS starts n on two fresh ports (again on others when one was taken before the server
+// bound it).
 func startNATS(t *testing.T, ctx context.Context, n servers.NATS) *servers.NATSServer {
 	t.Helper()
-	s, err := servers.NewNATS(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = s.Kill(context.Background())
-		if t.Failed() {
-			t.Logf("nats-server: %s", s.LogTail())
+	var s *servers.NATSServer
+	_, err := proc.OnFreePorts(ctx, 2, func(ctx context.Context, ports []int) error {
+		n.Port, n.MonitorPort = ports[0], ports[1]
+		var err error
+		if s, err = servers.NewNATS(n); err != nil {
+			return err
 		}
+		t.Cleanup(func() {
+			_ = s.Kill(context.Background())
+			if t.Failed() {
+				t.Logf("nats-server: %s", s.LogTail())
+			}
+		})
+		return s.Start(ctx)
 	})
-	if err := s.Start(ctx); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -78,7 +88,7 @@ func startNATS(t *testing.T, ctx context.Context, n servers.NATS) *servers.NATSS
 func natsConfig(t *testing.T, in servers.Installed) servers.NATS {
 	dir := t.TempDir()
 	return servers.NATS{
-		Bin: in.NATSServer, Port: freePort(t), MonitorPort: freePort(t),
+		Bin:      in.NATSServer,
 		StoreDir: filepath.Join(dir, "jetstream"), ServerName: "servers-test",
 		ConfigFile: filepath.Join(dir, "nats.conf"), Log: filepath.Join(dir, "nats-server.log"),
 		DieWithCaller: true,
@@ -159,7 +169,7 @@ func TestNATSStartFailsOnATakenPort(t *testing.T) {
 	}
 	defer taken.Close()
 	cfg := natsConfig(t, in)
-	cfg.Port = taken.Addr().(*net.TCPAddr).Port
+	cfg.Port, cfg.MonitorPort = taken.Addr().(*net.TCPAddr).Port, freePort(t)
 	s, err := servers.NewNATS(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -169,30 +179,111 @@ func TestNATSStartFailsOnATakenPort(t *testing.T) {
 		_ = s.Kill(ctx)
 		t.Fatal("started on a taken port")
 	}
-	if !strings.Contains(err.Error(), "exited before it was ready") || !strings.Contains(err.Error(), "address already in use") {
+	if !strings.Contains(err.Error(), "exited before it was ready") || !errors.Is(err, proc.ErrAddrInUse) {
 		t.Errorf("error does not say why: %v", err)
 	}
 }
 
+// TestServersComeUpWhenTheirPickedPortIsTaken: a port picked for nats-server, and one picked for
+// ClickHouse, is bound by another process before the server starts, as happens on a machine
+// shared by several test runs; each server fails its bind, says so, and comes up on fresh ports.
+func TestServersComeUpWhenTheirPickedPortIsTaken(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	in := installed(t)
+	// occupy binds one port of the first set of ports offered and reports which.
+	occupy := func(ports []int, i int) int {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(ports[i]))
+		if err != nil {
+			return 0 // someone else's already: the server fails on it all the same
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return ports[i]
+	}
+
+	cfg := natsConfig(t, in)
+	var natsSrv *servers.NATSServer
+	var takenNATS int
+	natsPorts, err := proc.OnFreePorts(ctx, 2, func(ctx context.Context, ports []int) error {
+		if takenNATS == 0 {
+			takenNATS = occupy(ports, 0)
+		}
+		cfg.Port, cfg.MonitorPort = ports[0], ports[1]
+		var err error
+		if natsSrv, err = servers.NewNATS(cfg); err != nil {
+			return err
+		}
+		t.Cleanup(func() { _ = natsSrv.Kill(context.Background()) })
+		return natsSrv.Start(ctx)
+	})
+	if err != nil {
+		t.Fatalf("nats-server with its first client port taken: %v", err)
+	}
+	if natsPorts[0] == takenNATS {
+		t.Fatalf("nats-server started on the taken port %d", takenNATS)
+	}
+	natsConnect(t, natsSrv.URL())
+
+	dir := t.TempDir()
+	var ch *servers.ClickHouseServer
+	var takenCH int
+	chPorts, err := proc.OnFreePorts(ctx, 2, func(ctx context.Context, ports []int) error {
+		if takenCH == 0 {
+			takenCH = occupy(ports, 1)
+		}
+		var err error
+		ch, err = servers.NewClickHouse(servers.ClickHouse{
+			Launcher: in.Chlaunch, Lib: in.Libchdb, TCPPort: ports[0], HTTPPort: ports[1],
+			DataDir: filepath.Join(dir, "data"), ConfigFile: filepath.Join(dir, "config.xml"),
+			EngineLog: filepath.Join(dir, "clickhouse-server.log"), EngineErrorLog: filepath.Join(dir, "clickhouse-server.err.log"),
+			Log: filepath.Join(dir, "clickhouse.log"), DieWithCaller: true,
+		})
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { _ = ch.Kill(context.Background()) })
+		return ch.Start(ctx)
+	})
+	if err != nil {
+		t.Fatalf("ClickHouse with its first HTTP port taken: %v", err)
+	}
+	if chPorts[1] == takenCH {
+		t.Fatalf("ClickHouse started on the taken port %d", takenCH)
+	}
+	if got := chHTTP(t, ch, "SELECT 1"); got != "1" {
+		t.Errorf("SELECT 1 = %q", got)
+	}
+	if log, _ := os.ReadFile(filepath.Join(dir, "clickhouse.log")); !strings.Contains(strings.ToLower(string(log)), "address already in use") {
+		t.Errorf("ClickHouse's first start did not fail on the taken port; its log:\n%s", log)
+	}
+}
+
+// startClickHouse starts a server on two fresh ports (again on others when one was taken before
+// the server bound it).
 func startClickHouse(t *testing.T, ctx context.Context, in servers.Installed) *servers.ClickHouseServer {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := servers.NewClickHouse(servers.ClickHouse{
-		Launcher: in.Chlaunch, Lib: in.Libchdb, TCPPort: freePort(t), HTTPPort: freePort(t),
-		DataDir: filepath.Join(dir, "data"), ConfigFile: filepath.Join(dir, "config.xml"),
-		EngineLog: filepath.Join(dir, "clickhouse-server.log"), EngineErrorLog: filepath.Join(dir, "clickhouse-server.err.log"),
-		Log: filepath.Join(dir, "clickhouse.log"), DieWithCaller: true,
+	var s *servers.ClickHouseServer
+	_, err := proc.OnFreePorts(ctx, 2, func(ctx context.Context, ports []int) error {
+		var err error
+		s, err = servers.NewClickHouse(servers.ClickHouse{
+			Launcher: in.Chlaunch, Lib: in.Libchdb, TCPPort: ports[0], HTTPPort: ports[1],
+			DataDir: filepath.Join(dir, "data"), ConfigFile: filepath.Join(dir, "config.xml"),
+			EngineLog: filepath.Join(dir, "clickhouse-server.log"), EngineErrorLog: filepath.Join(dir, "clickhouse-server.err.log"),
+			Log: filepath.Join(dir, "clickhouse.log"), DieWithCaller: true,
+		})
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() {
+			_ = s.Kill(context.Background())
+			if t.Failed() {
+				t.Logf("clickhouse: %s", s.LogTail())
+			}
+		})
+		return s.Start(ctx)
 	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = s.Kill(context.Background())
-		if t.Failed() {
-			t.Logf("clickhouse: %s", s.LogTail())
-		}
-	})
-	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return s

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -34,22 +35,25 @@ func StartAlertmanager(t testing.TB, config string) *AlertmanagerServer {
 		Unavailable(t, "%v", err)
 	}
 	dir := t.TempDir()
-	s, err := servers.NewAlertmanager(servers.Alertmanager{
-		Bin:        in.Alertmanager,
-		Port:       freePort(t),
-		Config:     config,
-		ConfigFile: filepath.Join(dir, "alertmanager.yml"),
-		StorageDir: filepath.Join(dir, "data"),
-		Log:        filepath.Join(dir, "alertmanager.log"),
-		// A test binary killed by its timeout leaves no server behind.
-		DieWithCaller: true,
+	a := &AlertmanagerServer{t: t}
+	onFreePorts(t, 1, func(ctx context.Context, ports []int) error {
+		s, err := servers.NewAlertmanager(servers.Alertmanager{
+			Bin:        in.Alertmanager,
+			Port:       ports[0],
+			Config:     config,
+			ConfigFile: filepath.Join(dir, "alertmanager.yml"),
+			StorageDir: filepath.Join(dir, "data"),
+			Log:        filepath.Join(dir, "alertmanager.log"),
+			// A test binary killed by its timeout leaves no server behind.
+			DieWithCaller: true,
+		})
+		if err != nil {
+			return err
+		}
+		a.s = s
+		supervise(t, s.Process)
+		return s.Start(ctx)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &AlertmanagerServer{t: t, s: s}
-	supervise(t, s.Process)
-	a.Start()
 	return a
 }
 

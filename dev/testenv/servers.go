@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,7 +16,9 @@ import (
 
 // Private servers for fault tests: each StartNATS/StartClickHouse call runs its own server process
 // (dev/servers, through dev/proc) on free loopback ports with its data under t.TempDir(), so a test
-// can stop, kill and restart it without disturbing the shared servers other tests use. The
+// can stop, kill and restart it without disturbing the shared servers other tests use. A port
+// taken by another process between its pick and the server's bind costs a start on fresh ports,
+// not the test (proc.OnFreePorts). The
 // programs are the ones scripts/dev-services installs under its cache directory. These are the
 // testing.TB face of dev/servers: each method fails the test on error and must run on the test's
 // goroutine. A server is killed when its test ends (a clean shutdown is no use to a discarded
@@ -36,24 +37,37 @@ func StartNATS(t testing.TB) *NATSServer {
 	t.Helper()
 	in := installed(t)
 	dir := t.TempDir()
-	port := freePort(t)
-	s, err := servers.NewNATS(servers.NATS{
-		Bin:         in.NATSServer,
-		Port:        port,
-		MonitorPort: freePort(t),
-		StoreDir:    filepath.Join(dir, "jetstream"),
-		ServerName:  "testenv-" + strconv.Itoa(port),
-		Log:         filepath.Join(dir, "nats-server.log"),
-		// A test binary killed by its timeout leaves no server behind.
-		DieWithCaller: true,
+	n := &NATSServer{t: t}
+	onFreePorts(t, 2, func(ctx context.Context, ports []int) error {
+		s, err := servers.NewNATS(servers.NATS{
+			Bin:         in.NATSServer,
+			Port:        ports[0],
+			MonitorPort: ports[1],
+			StoreDir:    filepath.Join(dir, "jetstream"),
+			ServerName:  "testenv-" + strconv.Itoa(ports[0]),
+			Log:         filepath.Join(dir, "nats-server.log"),
+			// A test binary killed by its timeout leaves no server behind.
+			DieWithCaller: true,
+		})
+		if err != nil {
+			return err
+		}
+		n.s = s
+		supervise(t, s.Process)
+		return s.Start(ctx)
 	})
+	return n
+}
+
+// onFreePorts runs start on n free loopback ports, and again on fresh ones while a server it
+// starts finds one taken (proc.OnFreePorts); the test fails when that does not succeed.
+func onFreePorts(t testing.TB, n int, start func(ctx context.Context, ports []int) error) []int {
+	t.Helper()
+	ports, err := proc.OnFreePorts(t.Context(), n, start)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &NATSServer{t: t, s: s}
-	supervise(t, s.Process)
-	n.Start()
-	return n
+	return ports
 }
 
 // URL is the client URL, nats://127.0.0.1:<port>; it stays valid across restarts.
@@ -85,7 +99,7 @@ type ClickHouseServer struct {
 // is [ClickHouseServer.EngineLog].
 func StartClickHouse(t testing.TB) *ClickHouseServer {
 	t.Helper()
-	return startClickHouse(t, "")
+	return startClickHouse(t, "", nil)
 }
 
 // StartClickHouseUsers starts a private ClickHouse server like [StartClickHouse] whose users and
@@ -100,7 +114,7 @@ func StartClickHouseUsers(t testing.TB, usersXML string) *ClickHouseServer {
 	if err := os.WriteFile(path, []byte(usersXML), 0o600); err != nil {
 		t.Fatalf("write ClickHouse users.xml: %v", err)
 	}
-	return startClickHouse(t, path)
+	return startClickHouse(t, path, nil)
 }
 
 // StartClickHouseConfigD starts a private ClickHouse server like [StartClickHouse] with files
@@ -110,40 +124,48 @@ func StartClickHouseUsers(t testing.TB, usersXML string) *ClickHouseServer {
 // test's environment (t.Setenv), which the server inherits.
 func StartClickHouseConfigD(t testing.TB, files map[string][]byte) *ClickHouseServer {
 	t.Helper()
-	cfg := clickHouseConfig(t)
-	dir := filepath.Join(filepath.Dir(cfg.ConfigFile), "config.d")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, filepath.Base(name)), content, 0o644); err != nil {
-			t.Fatalf("write ClickHouse config.d/%s: %v", name, err)
-		}
-	}
-	c := newClickHouse(t, cfg)
-	c.Start()
-	return c
+	return startClickHouse(t, "", files)
 }
 
-func startClickHouse(t testing.TB, usersFile string) *ClickHouseServer {
-	t.Helper()
-	cfg := clickHouseConfig(t)
-	cfg.UsersFile = usersFile
-	c := newClickHouse(t, cfg)
-	c.Start()
-	return c
-}
-
-// clickHouseConfig describes a private server on two free loopback ports under t.TempDir().
-func clickHouseConfig(t testing.TB) servers.ClickHouse {
+// startClickHouse starts a private server on two free loopback ports with the users file (when
+// set) and the config.d files.
+func startClickHouse(t testing.TB, usersFile string, configD map[string][]byte) *ClickHouseServer {
 	t.Helper()
 	in := installed(t)
 	dir := t.TempDir()
+	if len(configD) > 0 {
+		d := filepath.Join(dir, "config.d")
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, content := range configD {
+			if err := os.WriteFile(filepath.Join(d, filepath.Base(name)), content, 0o644); err != nil {
+				t.Fatalf("write ClickHouse config.d/%s: %v", name, err)
+			}
+		}
+	}
+	var c *ClickHouseServer
+	onFreePorts(t, 2, func(ctx context.Context, ports []int) error {
+		cfg := clickHouseConfig(in, dir, ports[0], ports[1])
+		cfg.UsersFile = usersFile
+		s, err := newClickHouse(t, cfg)
+		if err != nil {
+			return err
+		}
+		c = s
+		return s.s.Start(ctx)
+	})
+	return c
+}
+
+// clickHouseConfig describes a private server on the native and HTTP ports tcpPort and httpPort, its data
+// and config under dir (config.d beside the config).
+func clickHouseConfig(in servers.Installed, dir string, tcpPort, httpPort int) servers.ClickHouse {
 	return servers.ClickHouse{
 		Launcher:       in.Chlaunch,
 		Lib:            in.Libchdb,
-		TCPPort:        freePort(t),
-		HTTPPort:       freePort(t),
+		TCPPort:        tcpPort,
+		HTTPPort:       httpPort,
 		DataDir:        filepath.Join(dir, "data"),
 		ConfigFile:     filepath.Join(dir, "config.xml"),
 		EngineLog:      filepath.Join(dir, "clickhouse-server.log"),
@@ -153,14 +175,14 @@ func clickHouseConfig(t testing.TB) servers.ClickHouse {
 	}
 }
 
-func newClickHouse(t testing.TB, cfg servers.ClickHouse) *ClickHouseServer {
-	t.Helper()
+// newClickHouse prepares the server cfg describes, killed when the test ends; it does not start it.
+func newClickHouse(t testing.TB, cfg servers.ClickHouse) (*ClickHouseServer, error) {
 	s, err := servers.NewClickHouse(cfg)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	supervise(t, s.Process)
-	return &ClickHouseServer{t: t, s: s}
+	return &ClickHouseServer{t: t, s: s}, nil
 }
 
 // StartClickHouseShards starts shards private ClickHouse servers, one replica per shard, each
@@ -178,30 +200,59 @@ func StartClickHouseShards(t testing.TB, name, database string, shards int) []*C
 // coordination node in every server's config, so that Replicated tables can be created on them.
 func StartClickHouseCluster(t testing.TB, name, database string, shards int, zooKeeper string) []*ClickHouseServer {
 	t.Helper()
-	cfgs := make([]servers.ClickHouse, shards)
-	layout := make([][]string, shards)
-	for i := range cfgs {
-		cfgs[i] = clickHouseConfig(t)
-		layout[i] = []string{cfgs[i].Addr()}
-	}
-	out := make([]*ClickHouseServer, shards)
-	errs := make(chan error, shards)
-	for i := range cfgs {
-		cfgs[i].Clusters = map[string][][]string{name: layout}
-		cfgs[i].ClusterDatabase = database
-		cfgs[i].Macros = map[string]string{"shard": fmt.Sprintf("%02d", i+1), "replica": "r1"}
-		if zooKeeper != "" {
-			cfgs[i].ZooKeeper = []string{zooKeeper}
+	in := installed(t)
+	var out []*ClickHouseServer
+	// Every server names every other's native port in its remote_servers: a port lost by one is
+	// a new set of ports for all.
+	onFreePorts(t, 2*shards, func(ctx context.Context, ports []int) error {
+		cfgs := make([]servers.ClickHouse, shards)
+		layout := make([][]string, shards)
+		for i := range cfgs {
+			cfgs[i] = clickHouseConfig(in, t.TempDir(), ports[2*i], ports[2*i+1])
+			layout[i] = []string{cfgs[i].Addr()}
 		}
-		out[i] = newClickHouse(t, cfgs[i])
-		go func() { errs <- out[i].s.Start(t.Context()) }()
-	}
-	for range out {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+		out = make([]*ClickHouseServer, shards)
+		for i := range cfgs {
+			cfgs[i].Clusters = map[string][][]string{name: layout}
+			cfgs[i].ClusterDatabase = database
+			cfgs[i].Macros = map[string]string{"shard": fmt.Sprintf("%02d", i+1), "replica": "r1"}
+			if zooKeeper != "" {
+				cfgs[i].ZooKeeper = []string{zooKeeper}
+			}
+			var err error
+			if out[i], err = newClickHouse(t, cfgs[i]); err != nil {
+				return err
+			}
 		}
-	}
+		procs := make([]*proc.Process, shards)
+		for i, c := range out {
+			procs[i] = c.s.Process
+		}
+		return startAll(ctx, procs)
+	})
 	return out
+}
+
+// startAll starts every process at once and waits for all; when one fails, the others are
+// killed (a set of ports given up on is left with nothing running) and the errors returned.
+func startAll(ctx context.Context, procs []*proc.Process) error {
+	errs := make(chan error, len(procs))
+	for _, p := range procs {
+		go func() { errs <- p.Start(ctx) }()
+	}
+	var failed []error
+	for range procs {
+		if err := <-errs; err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	for _, p := range procs {
+		_ = p.Kill(context.Background())
+	}
+	return errors.Join(failed...)
 }
 
 // ZooKeeperServer is a private standalone ZooKeeper (Debian's zookeeper package) on 127.0.0.1.
@@ -228,21 +279,24 @@ func StartZooKeeper(t testing.TB) *ZooKeeperServer {
 	if err := servers.InstallZooKeeper(ctx, apt); err != nil {
 		Unavailable(t, "%v; apt-get's output:\n%s", err, proc.Tail(apt.Name(), 20))
 	}
-	s, err := servers.NewZooKeeper(servers.ZooKeeperConfig{
-		Port:       freePort(t),
-		DataDir:    filepath.Join(dir, "data"),
-		ConfigFile: filepath.Join(dir, "zoo.cfg"),
-		Log:        filepath.Join(dir, "zookeeper.log"),
-		// The JVM starts slowly on a loaded machine.
-		ReadyTimeout:  2 * time.Minute,
-		DieWithCaller: true,
+	z := &ZooKeeperServer{t: t}
+	onFreePorts(t, 1, func(ctx context.Context, ports []int) error {
+		s, err := servers.NewZooKeeper(servers.ZooKeeperConfig{
+			Port:       ports[0],
+			DataDir:    filepath.Join(dir, "data"),
+			ConfigFile: filepath.Join(dir, "zoo.cfg"),
+			Log:        filepath.Join(dir, "zookeeper.log"),
+			// The JVM starts slowly on a loaded machine.
+			ReadyTimeout:  2 * time.Minute,
+			DieWithCaller: true,
+		})
+		if err != nil {
+			return err
+		}
+		z.s = s
+		supervise(t, s.Process)
+		return s.Start(ctx)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	supervise(t, s.Process)
-	z := &ZooKeeperServer{t: t, s: s}
-	start(t, s.Process)
 	return z
 }
 
@@ -329,19 +383,6 @@ func installed(t testing.TB) servers.Installed {
 	return in
 }
 
-// freePort returns a loopback TCP port that was free a moment ago. The kernel does not hand the
-// same ephemeral port out again soon, which is what makes the short gap before the server binds safe
-// in practice.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("pick a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // NATSCluster is a private JetStream cluster of nats-server nodes on 127.0.0.1, each a
 // [NATSServer] that can be killed and restarted on its ports and store.
 type NATSCluster struct {
@@ -355,46 +396,45 @@ type NATSCluster struct {
 func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 	t.Helper()
 	in := installed(t)
-	dir := t.TempDir()
-	name := "testenv-" + strconv.Itoa(freePort(t))
-	nodes := make([]servers.NATS, n)
-	clusterPorts := make([]int, n)
-	for i := range nodes {
-		node := "n" + strconv.Itoa(i+1)
-		nodes[i] = servers.NATS{
-			Bin:           in.NATSServer,
-			Port:          freePort(t),
-			MonitorPort:   freePort(t),
-			StoreDir:      filepath.Join(dir, node, "jetstream"),
-			ServerName:    name + "-" + node,
-			Log:           filepath.Join(dir, node, "nats-server.log"),
-			DieWithCaller: true,
-		}
-		clusterPorts[i] = freePort(t)
-	}
-	nodes, err := servers.NATSCluster(name, nodes, clusterPorts)
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := &NATSCluster{t: t}
-	for _, cfg := range nodes {
-		s, err := servers.NewNATS(cfg)
+	// Each node routes to every other's cluster port: a port lost by one is a new set of ports
+	// (and a new cluster, in a new directory) for all.
+	onFreePorts(t, 3*n, func(ctx context.Context, ports []int) error {
+		dir := t.TempDir()
+		name := "testenv-" + strconv.Itoa(ports[0])
+		nodes := make([]servers.NATS, n)
+		clusterPorts := make([]int, n)
+		for i := range nodes {
+			node := "n" + strconv.Itoa(i+1)
+			nodes[i] = servers.NATS{
+				Bin:           in.NATSServer,
+				Port:          ports[3*i],
+				MonitorPort:   ports[3*i+1],
+				StoreDir:      filepath.Join(dir, node, "jetstream"),
+				ServerName:    name + "-" + node,
+				Log:           filepath.Join(dir, node, "nats-server.log"),
+				DieWithCaller: true,
+			}
+			clusterPorts[i] = ports[3*i+2]
+		}
+		nodes, err := servers.NATSCluster(name, nodes, clusterPorts)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		supervise(t, s.Process)
-		c.Nodes = append(c.Nodes, &NATSServer{t: t, s: s})
-	}
-	// A node is ready (JetStream on) before its peers run; all start before any is waited on.
-	errs := make(chan error, n)
-	for _, node := range c.Nodes {
-		go func() { errs <- node.s.Start(t.Context()) }()
-	}
-	for range c.Nodes {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+		c.Nodes = nil
+		procs := make([]*proc.Process, 0, n)
+		for _, cfg := range nodes {
+			s, err := servers.NewNATS(cfg)
+			if err != nil {
+				return err
+			}
+			supervise(t, s.Process)
+			c.Nodes = append(c.Nodes, &NATSServer{t: t, s: s})
+			procs = append(procs, s.Process)
 		}
-	}
+		// A node is ready (JetStream on) before its peers run; all start before any is waited on.
+		return startAll(ctx, procs)
+	})
 	c.WaitHealthy(2 * time.Minute)
 	return c
 }

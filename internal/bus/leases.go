@@ -49,8 +49,9 @@ func leaseSettings(c jetstream.KeyValueConfig) []string {
 	}
 }
 
-// setupLeases creates the lease bucket or updates its TTL and replicas to want's.
-func setupLeases(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) (Applied, error) {
+// setupLeases creates the lease bucket or updates its TTL and replicas to want's; on a bucket
+// that exists, the TTL and replicas s leaves unset keep their values (see [Setup]).
+func setupLeases(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, s StreamSettings) (Applied, error) {
 	a := Applied{Bucket: want.Bucket, Settings: leaseSettings(want)}
 	kv, err := js.KeyValue(ctx, want.Bucket)
 	switch {
@@ -67,6 +68,13 @@ func setupLeases(ctx context.Context, js jetstream.JetStream, want jetstream.Key
 	if err != nil {
 		return a, fmt.Errorf("read key-value bucket %s: %w", want.Bucket, err)
 	}
+	if s.LeaseTTL <= 0 {
+		want.TTL = st.TTL()
+	}
+	if s.Replicas <= 0 {
+		want.Replicas = max(st.Config().Replicas, 1)
+	}
+	a.Settings = leaseSettings(want)
 	a.Changes = leaseDifferences(want.Bucket, st, want)
 	if len(a.Changes) == 0 {
 		a.Action = Unchanged

@@ -49,20 +49,23 @@ func (a Applied) String() string {
 	case Created:
 		return what + ": created (" + strings.Join(a.Settings, ", ") + ")"
 	case Updated:
-		changes := make([]string, len(a.Changes))
-		for i, c := range a.Changes {
-			changes[i] = c.Setting + " " + c.Server + " → " + c.Service
-		}
-		return what + ": updated (" + strings.Join(changes, ", ") + ")"
+		return what + ": updated (" + changeList(a.Changes) + ")"
 	}
 	return what + ": " + string(a.Action) + " (" + strings.Join(a.Settings, ", ") + ")"
 }
 
 // Setup makes t's events and dead-letter streams, each durable consumer of ds on the events
-// stream, and the lease key-value bucket ([Topology.LeaseBucketConfig]), as configured: it creates what is missing and updates what differs, and leaves alone
-// what is already right, so running it again changes nothing. s's zero fields take
-// [DefaultStreamSettings]' values. It is the one owner of these resources; the services only
+// stream, and the lease key-value bucket ([Topology.LeaseBucketConfig]), as configured: it
+// creates what is missing and updates what differs, and leaves alone what is already right, so
+// running it again changes nothing. It is the one owner of these resources; the services only
 // check them.
+//
+// A limit s leaves unset (zero: MaxAge, MaxBytes, Replicas, LeaseTTL) takes
+// [DefaultStreamSettings]' value when a resource is created and keeps the value in force on one
+// that exists: a default never undoes what an operator set before (an R3 stream on a cluster
+// is not scaled back to one replica, a 30-day max_age is not cut to 7 days, dropping messages,
+// by a setup run without the setting). A limit given is applied, also when it scales a stream
+// down, which the update's line says.
 //
 // An update keeps the settings Setup does not manage (placement, compression, metadata an
 // operator added) and changes only the ones it does: for a stream its subjects, storage,
@@ -76,10 +79,14 @@ func (a Applied) String() string {
 func Setup(ctx context.Context, js jetstream.JetStream, t Topology, s StreamSettings, ds ...Durable) ([]Applied, error) {
 	events, dlq := t.StreamConfigs(s)
 	var out []Applied
-	for _, cfg := range []jetstream.StreamConfig{events, dlq} {
-		a, err := setupStream(ctx, js, cfg)
+	for i, cfg := range []jetstream.StreamConfig{events, dlq} {
+		// The dead-letter stream's max_age is fixed (DLQMaxAge), not a setting.
+		a, inForce, err := setupStream(ctx, js, cfg, s, i == 1)
 		if err != nil {
 			return out, err
+		}
+		if i == 0 {
+			events = inForce
 		}
 		out = append(out, a)
 	}
@@ -90,41 +97,61 @@ func Setup(ctx context.Context, js jetstream.JetStream, t Topology, s StreamSett
 		}
 		out = append(out, a)
 	}
-	a, err := setupLeases(ctx, js, t.LeaseBucketConfig(s))
+	a, err := setupLeases(ctx, js, t.LeaseBucketConfig(s), s)
 	if err != nil {
 		return out, err
 	}
 	return append(out, a), nil
 }
 
-func setupStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (Applied, error) {
+// keepUnset returns want with the limits s leaves unset taken from have, the stream as it is:
+// the setup step's defaults are for a stream it creates. With fixedMaxAge, want's max_age is not
+// a setting and stays managed.
+func keepUnset(want, have jetstream.StreamConfig, s StreamSettings, fixedMaxAge bool) jetstream.StreamConfig {
+	if s.MaxAge <= 0 && !fixedMaxAge {
+		want.MaxAge = have.MaxAge
+	}
+	if s.MaxBytes <= 0 {
+		want.MaxBytes = have.MaxBytes
+	}
+	if s.Replicas <= 0 {
+		want.Replicas = max(have.Replicas, 1)
+	}
+	return want
+}
+
+// setupStream makes the stream want, keeping on an existing stream the limits s leaves unset (but
+// max_age when fixedMaxAge), and returns what it did and the configuration now in force.
+func setupStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, s StreamSettings, fixedMaxAge bool) (Applied, jetstream.StreamConfig, error) {
 	a := Applied{Stream: want.Name, Settings: streamSettings(want)}
 	st, err := js.Stream(ctx, want.Name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		if _, err := js.CreateStream(ctx, want); err != nil {
-			return a, streamError("create", want, err)
+			return a, want, streamError("create", want, err)
 		}
 		a.Action = Created
-		return a, nil
+		return a, want, nil
 	case err != nil:
-		return a, streamError("read", want, err)
+		return a, want, streamError("read", want, err)
 	}
 	have := st.CachedInfo().Config
+	want = keepUnset(want, have, s, fixedMaxAge)
+	a.Settings = streamSettings(want)
 	a.Changes = streamChanges(have, want)
 	if len(a.Changes) == 0 {
 		a.Action = Unchanged
-		return a, nil
+		return a, want, nil
 	}
 	upd := have
 	upd.Description, upd.Subjects = want.Description, want.Subjects
 	upd.Storage, upd.Retention, upd.Discard = want.Storage, want.Retention, want.Discard
 	upd.MaxAge, upd.MaxBytes, upd.Replicas, upd.Duplicates = want.MaxAge, want.MaxBytes, want.Replicas, want.Duplicates
 	if _, err := js.UpdateStream(ctx, upd); err != nil {
-		return a, fmt.Errorf("update stream %s (%s): %w", want.Name, changeList(a.Changes), err)
+		return a, want, fmt.Errorf("update stream %s (%s): %w", want.Name, changeList(a.Changes), err)
 	}
 	a.Action = Updated
-	return a, nil
+	return a, want, nil
 }
 
 func streamError(verb string, cfg jetstream.StreamConfig, err error) error {
@@ -171,10 +198,19 @@ func setupConsumer(ctx context.Context, js jetstream.JetStream, stream string, w
 	return a, nil
 }
 
+// changeList is "max_age 48h0m0s → 24h0m0s, num_replicas 3 → 1: scaled down, as the settings
+// ask": a replica count lowered is said in words, because it gives up what a node's loss costs.
 func changeList(ds []Difference) string {
 	parts := make([]string, len(ds))
 	for i, d := range ds {
 		parts[i] = d.Setting + " " + d.Server + " → " + d.Service
+		if d.Setting == settingReplicas {
+			if h, err1 := strconv.Atoi(d.Server); err1 == nil {
+				if w, err2 := strconv.Atoi(d.Service); err2 == nil && w < h {
+					parts[i] += ": scaled down, as the settings ask"
+				}
+			}
+		}
 	}
 	return strings.Join(parts, ", ")
 }

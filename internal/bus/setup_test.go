@@ -282,3 +282,47 @@ level=WARN msg="JetStream durable consumer differs from this service's settings;
 		t.Errorf("log:\n%s\nwant:\n%s", buf.String(), want)
 	}
 }
+
+// TestSetupKeepsWhatASettingLeftUnsetHolds: the defaults are for what the setup creates. A setup
+// run without a setting (an operator who set SERVESCOPE_STREAM_MAX_AGE=720h once, then runs
+// `migrate up` without it) keeps the value in force on the streams and the bucket instead of
+// putting the default back (which would drop every message older than 7 days); a setting given is
+// applied.
+func TestSetupKeepsWhatASettingLeftUnsetHolds(t *testing.T) {
+	t.Parallel()
+	js, topo, _ := testenv.NATSPrefix(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d := bus.DurableFor("writer", 500, time.Second)
+	if _, err := bus.Setup(ctx, js, topo, bus.StreamSettings{MaxAge: 720 * time.Hour, MaxBytes: 128 << 20, LeaseTTL: 30 * time.Second}, d); err != nil {
+		t.Fatal(err)
+	}
+
+	kept, err := bus.Setup(ctx, js, topo, bus.StreamSettings{}, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantActions(t, kept, bus.Unchanged, bus.Unchanged, bus.Unchanged, bus.Unchanged)
+	if got := kept[0].String(); !strings.Contains(got, "max_age 720h0m0s, max_bytes 134217728, num_replicas 1") {
+		t.Errorf("line for the events stream without settings: %q, want the values in force", got)
+	}
+	if got := kept[3].String(); !strings.Contains(got, "ttl 30s") {
+		t.Errorf("line for the lease bucket without settings: %q, want ttl 30s kept", got)
+	}
+	st, err := js.Stream(ctx, topo.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := st.CachedInfo().Config; c.MaxAge != 720*time.Hour || c.MaxBytes != 128<<20 {
+		t.Errorf("events stream after a setup without settings: max_age %s, max_bytes %d", c.MaxAge, c.MaxBytes)
+	}
+
+	given, err := bus.Setup(ctx, js, topo, bus.StreamSettings{MaxAge: 24 * time.Hour}, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantActions(t, given, bus.Updated, bus.Unchanged, bus.Unchanged, bus.Unchanged)
+	if got := given[0].String(); got != "stream "+topo.Stream()+": updated (max_age 720h0m0s → 24h0m0s)" {
+		t.Errorf("line for the events stream with max_age given: %q", got)
+	}
+}

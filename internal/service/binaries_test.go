@@ -2,21 +2,21 @@ package service_test
 
 import (
 	"bufio"
-	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/servescope/servescope/dev/proc"
 	"github.com/servescope/servescope/dev/testnet"
 )
 
@@ -87,49 +87,50 @@ func TestEveryBinary(t *testing.T) {
 			http.StatusServiceUnavailable, `"reason":"starting: connect to ClickHouse"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			addr := freeAddr(t)
 			state := t.TempDir()
-			cmd := exec.Command(bin(tc.name), append(tc.args, "--log.format=json", "--log.level=debug")...)
-			cmd.Env = []string{
-				"SERVESCOPE_NATS_URL=" + natsURL,
-				"SERVESCOPE_CLICKHOUSE_ADDR=" + chAddr,
-				"SERVESCOPE_CLICKHOUSE_DIAL_TIMEOUT=1s",
-				"GATEWAY_SPOOL_DIR=" + filepath.Join(state, "spool"),
-				"COLLECTOR_SPOOL_DIR=" + filepath.Join(state, "spool"),
-				"COLLECTOR_STATE_DIR=" + state,
-			}
-			for _, e := range tc.env {
-				cmd.Env = append(cmd.Env, strings.ReplaceAll(e, "{addr}", addr))
-			}
-			var stderr syncBuffer
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
+			logPath := filepath.Join(state, tc.name+".log")
+			// On a fresh address again when another process took the one picked before the
+			// service bound it.
+			p, ports, err := proc.StartOnFreePorts(t.Context(), 1, func(ports []int) (proc.Spec, error) {
+				addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+				env := []string{
+					"SERVESCOPE_NATS_URL=" + natsURL,
+					"SERVESCOPE_CLICKHOUSE_ADDR=" + chAddr,
+					"SERVESCOPE_CLICKHOUSE_DIAL_TIMEOUT=1s",
+					"GATEWAY_SPOOL_DIR=" + filepath.Join(state, "spool"),
+					"COLLECTOR_SPOOL_DIR=" + filepath.Join(state, "spool"),
+					"COLLECTOR_STATE_DIR=" + state,
+				}
+				for _, e := range tc.env {
+					env = append(env, strings.ReplaceAll(e, "{addr}", addr))
+				}
+				return proc.Spec{Name: tc.name, Path: bin(tc.name), Args: append(tc.args, "--log.format=json", "--log.level=debug"),
+					Env: env, ClearEnv: true, Log: logPath, DieWithCaller: true, StopGrace: 2 * time.Minute,
+					Ready: proc.HTTPReady("http://" + addr + "/healthz")}, nil
+			})
+			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { _ = p.Kill(context.Background()) })
+			addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+			// This start's output: the log also holds proc's notes ("=== ...") and the output of
+			// a start that lost its address.
+			stderr := runOutput{path: logPath}
 			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
-			t.Cleanup(func() {
-				if cmd.ProcessState == nil {
-					_ = cmd.Process.Kill()
-				}
-			})
+			go func() { <-p.Done(); exited <- p.Err() }()
 			base := "http://" + addr
-			waitFor(t, exited, &stderr, base+"/healthz", http.StatusOK, "ok")
-			waitFor(t, exited, &stderr, base+"/readyz", tc.ready, tc.readyBody)
+			waitFor(t, exited, stderr, base+"/healthz", http.StatusOK, "ok")
+			waitFor(t, exited, stderr, base+"/readyz", tc.ready, tc.readyBody)
 			buildInfo := regexp.MustCompile(`(?m)^servescope_build_info\{[^}]*program="` + tc.name + `",revision="` + testRevision + `",tags="[^"]*",version="` + testVersion + `"\} 1$`)
-			if body := waitFor(t, exited, &stderr, base+"/metrics", http.StatusOK, "servescope_build_info"); !buildInfo.MatchString(body) {
+			if body := waitFor(t, exited, stderr, base+"/metrics", http.StatusOK, "servescope_build_info"); !buildInfo.MatchString(body) {
 				t.Errorf("/metrics lacks %s:\n%s", buildInfo, grepLines(body, "build_info"))
 			}
-			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
+			// SIGTERM, and SIGKILL (an error) if it has not stopped 2 minutes later.
+			if err := p.Stop(t.Context()); err != nil {
+				t.Fatalf("%s did not stop at SIGTERM: %v\n%s", tc.name, err, stderr.String())
 			}
-			select {
-			case err := <-exited:
-				if err != nil {
-					t.Errorf("%s after SIGTERM: %v\n%s", tc.name, err, stderr.String())
-				}
-			case <-time.After(2 * time.Minute):
-				t.Fatalf("%s did not stop within 2 minutes of SIGTERM:\n%s", tc.name, stderr.String())
+			if err := p.Err(); err != nil {
+				t.Errorf("%s after SIGTERM: %v\n%s", tc.name, err, stderr.String())
 			}
 			// --log.format=json: every line of the log is a JSON object with a level and a message.
 			sc := bufio.NewScanner(strings.NewReader(stderr.String()))
@@ -150,7 +151,7 @@ func TestEveryBinary(t *testing.T) {
 
 // waitFor polls url until it answers status with a body containing want, and returns the body.
 // It fails the test after a minute or when the process exits.
-func waitFor(t *testing.T, exited chan error, stderr *syncBuffer, url string, status int, want string) string {
+func waitFor(t *testing.T, exited chan error, stderr fmt.Stringer, url string, status int, want string) string {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	var last string
@@ -178,18 +179,6 @@ func waitFor(t *testing.T, exited chan error, stderr *syncBuffer, url string, st
 	}
 }
 
-// freeAddr is a loopback address nothing listens on, for a process to listen on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // closedAddr is a loopback address that refuses connections: a dependency that is away.
 // closedAddr is an address that refuses connections for the whole test.
 func closedAddr(t *testing.T) string { return testnet.RefusingAddr(t) }
@@ -204,20 +193,23 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "")
 }
 
-// syncBuffer is a bytes.Buffer a process's output and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+// runOutput is the output of the last start of a process in its proc log: the lines after the
+// last "=== ... proc: starting" note, without proc's notes.
+type runOutput struct{ path string }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+func (r runOutput) String() string {
+	b, _ := os.ReadFile(r.path)
+	text := string(b)
+	if i := strings.LastIndex(text, " proc: starting "); i >= 0 {
+		if j := strings.IndexByte(text[i:], '\n'); j >= 0 {
+			text = text[i+j+1:]
+		}
+	}
+	var out strings.Builder
+	for l := range strings.Lines(text) {
+		if !strings.HasPrefix(l, "=== ") {
+			out.WriteString(l)
+		}
+	}
+	return out.String()
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -66,28 +67,31 @@ type detectorProcess struct {
 func startDetector(t *testing.T, name string, env map[string]string) *detectorProcess {
 	t.Helper()
 	bin := testenv.Binary(t, "github.com/servescope/servescope/services/detector")
-	d := &detectorProcess{name: name, metrics: freeAddr(t), log: filepath.Join(t.TempDir(), name+".log")}
-	environ := []string{"DETECTOR_METRICS_ADDR=" + d.metrics, "DETECTOR_INSTANCE=" + name}
-	for k, v := range env {
-		environ = append(environ, k+"="+v)
-	}
-	p, err := proc.New(proc.Spec{Name: "detector " + name, Path: bin, Env: environ, Log: d.log, DieWithCaller: true,
-		StopGrace: time.Minute, ReadyTimeout: pairWait,
-		Ready: proc.HTTPReady("http://" + d.metrics + "/readyz")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Process = p
+	d := &detectorProcess{name: name, log: filepath.Join(t.TempDir(), name+".log")}
 	t.Cleanup(func() {
-		_ = p.Kill(context.Background())
+		if d.Process != nil {
+			_ = d.Kill(context.Background())
+		}
 		if t.Failed() {
 			b, _ := os.ReadFile(d.log)
 			t.Logf("detector %s log:\n%s", name, b)
 		}
 	})
-	if err := p.Start(t.Context()); err != nil {
+	// On a fresh port again when another process took the one picked before the detector bound it.
+	p, ports, err := proc.StartOnFreePorts(t.Context(), 1, func(ports []int) (proc.Spec, error) {
+		metrics := "127.0.0.1:" + strconv.Itoa(ports[0])
+		environ := []string{"DETECTOR_METRICS_ADDR=" + metrics, "DETECTOR_INSTANCE=" + name}
+		for k, v := range env {
+			environ = append(environ, k+"="+v)
+		}
+		return proc.Spec{Name: "detector " + name, Path: bin, Env: environ, Log: d.log, DieWithCaller: true,
+			StopGrace: time.Minute, ReadyTimeout: pairWait,
+			Ready: proc.HTTPReady("http://" + metrics + "/readyz")}, nil
+	})
+	if err != nil {
 		t.Fatalf("start detector %s: %v", name, err)
 	}
+	d.Process, d.metrics = p, "127.0.0.1:"+strconv.Itoa(ports[0])
 	return d
 }
 

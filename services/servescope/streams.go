@@ -44,48 +44,67 @@ func newStreamsCmd() *cobra.Command {
 	}
 	up := &cobra.Command{
 		Use:   "up",
-		Short: "Create the streams and the durable consumer, or update them to these settings (no-op when they match)",
+		Short: "Create the streams, the durable consumer and the lease bucket, or update them to the settings given (one not given keeps its value; no-op when they match)",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return streamsUp(cmd) },
 	}
 	check := &cobra.Command{
 		Use:   "check",
-		Short: "Check the streams and the durable consumer as the services do, and print where they differ from these settings",
+		Short: "Check the streams, the durable consumer and the lease bucket as the services do, print where they differ from these settings, and fail on a cluster fault (no leader, a replica offline or behind)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withJetStream(cmd, func(ctx context.Context, js jetstream.JetStream, cfg streamsConfig, out io.Writer) error {
-				topo := cfg.NATS.Topology()
-				d := cfg.Consumer.DurableConsumer()
-				_, diffs, err := bus.CheckConsumer(ctx, js, topo, d, cfg.NATS.StreamSettings())
-				if err != nil {
-					return err
-				}
-				kv, leaseDiffs, err := bus.CheckLeases(ctx, js, topo, cfg.NATS.StreamSettings())
-				if err != nil {
-					return err
-				}
-				st, err := kv.Status(ctx)
-				if err != nil {
-					return fmt.Errorf("read key-value bucket %s: %w", kv.Bucket(), err)
-				}
-				fmt.Fprintf(out, "streams %s and %s and durable consumer %s take every event kind\n", topo.Stream(), topo.DLQStream(), d.Name)
-				fmt.Fprintf(out, "key-value bucket %s holds the leases (ttl %s)\n", kv.Bucket(), st.TTL())
-				for _, df := range append(diffs, leaseDiffs...) {
-					what := "stream " + df.Stream
-					switch {
-					case df.Bucket != "":
-						what = "key-value bucket " + df.Bucket
-					case df.Consumer != "":
-						what = "durable consumer " + df.Consumer + " on " + df.Stream
-					}
-					fmt.Fprintf(out, "%s: %s is %s, these settings say %s\n", what, df.Setting, df.Server, df.Service)
-				}
-				return nil
-			})
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return withJetStream(cmd, streamsCheck) },
 	}
 	cmd.AddCommand(up, check)
 	return cmd
+}
+
+// errClusterFaults is returned by `streams check` when the JetStream cluster cannot serve a
+// resource as it should; the faults are printed above the error.
+var errClusterFaults = errors.New("the JetStream cluster has faults")
+
+// streamsCheck checks the resources as the services do and prints where they differ from cfg,
+// then reads their cluster state and prints each fault with what to do: a fault fails the check
+// (its configuration alone says nothing of whether JetStream can serve it). The cluster state is
+// read first, so that a fault that also keeps the configuration from being read is still named.
+func streamsCheck(ctx context.Context, js jetstream.JetStream, cfg streamsConfig, out io.Writer) error {
+	topo := cfg.NATS.Topology()
+	d := cfg.Consumer.DurableConsumer()
+	// A resource missing or JetStream off is for CheckConsumer to say, in its words.
+	faults, clusterErr := bus.CheckCluster(ctx, js, topo, d.Name)
+	report := func(err error) error {
+		for _, f := range faults {
+			fmt.Fprintln(out, f)
+		}
+		if len(faults) == 0 {
+			return err
+		}
+		return errors.Join(fmt.Errorf("%w: %d fault(s), each above with what to do", errClusterFaults, len(faults)), err)
+	}
+	_, diffs, err := bus.CheckConsumer(ctx, js, topo, d, cfg.NATS.StreamSettings())
+	if err != nil {
+		return report(err)
+	}
+	kv, leaseDiffs, err := bus.CheckLeases(ctx, js, topo, cfg.NATS.StreamSettings())
+	if err != nil {
+		return report(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return report(fmt.Errorf("read key-value bucket %s: %w", kv.Bucket(), err))
+	}
+	fmt.Fprintf(out, "streams %s and %s and durable consumer %s take every event kind\n", topo.Stream(), topo.DLQStream(), d.Name)
+	fmt.Fprintf(out, "key-value bucket %s holds the leases (ttl %s)\n", kv.Bucket(), st.TTL())
+	for _, df := range append(diffs, leaseDiffs...) {
+		what := "stream " + df.Stream
+		switch {
+		case df.Bucket != "":
+			what = "key-value bucket " + df.Bucket
+		case df.Consumer != "":
+			what = "durable consumer " + df.Consumer + " on " + df.Stream
+		}
+		fmt.Fprintf(out, "%s: %s is %s, these settings say %s\n", what, df.Setting, df.Server, df.Service)
+	}
+	return report(clusterErr)
 }
 
 // streamsUp runs the setup of the JetStream resources and prints one line per resource.

@@ -146,12 +146,7 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 		return false, err
 	}
 	defer pub.Close(context.Background())
-	ports, err := benchkit.FreePorts(1)
-	if err != nil {
-		return false, err
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
-	b := &bench{streams: streams, conn: db.Conn, pub: pub, consumer: "http://" + addr}
+	b := &bench{streams: streams, conn: db.Conn, pub: pub}
 	var levels []level
 	met := true
 	for fi, flush := range s.flushes {
@@ -166,23 +161,26 @@ func run(ctx context.Context, log *slog.Logger, s settings) (bool, error) {
 		}
 		logFile.Close()
 		defer os.Remove(logFile.Name())
-		p, err := proc.New(proc.Spec{
-			Name: "consumer", Path: s.bin, Log: logFile.Name(), StopGrace: 30 * time.Second,
-			Env: []string{
-				"SERVESCOPE_NATS_URL=" + streams.NATS.URL,
-				"SERVESCOPE_SUBJECT_PREFIX=" + streams.NATS.SubjectPrefix,
-				"SERVESCOPE_CLICKHOUSE_ADDR=" + strings.Join(db.Config.Addr, ","),
-				"SERVESCOPE_CLICKHOUSE_DATABASE=" + db.Config.Database,
-				"CONSUMER_DURABLE=bench-freshness",
-				"CONSUMER_FLUSH_INTERVAL=" + flush.String(),
-				"CONSUMER_METRICS_ADDR=" + addr,
-			},
-			Ready: func(ctx context.Context) error { return b.get(ctx, "/readyz", nil) },
+		// On a fresh port again when another process took the one picked before the consumer
+		// bound it.
+		p, _, err := proc.StartOnFreePorts(ctx, 1, func(ports []int) (proc.Spec, error) {
+			addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+			b.consumer = "http://" + addr
+			return proc.Spec{
+				Name: "consumer", Path: s.bin, Log: logFile.Name(), StopGrace: 30 * time.Second,
+				Env: []string{
+					"SERVESCOPE_NATS_URL=" + streams.NATS.URL,
+					"SERVESCOPE_SUBJECT_PREFIX=" + streams.NATS.SubjectPrefix,
+					"SERVESCOPE_CLICKHOUSE_ADDR=" + strings.Join(db.Config.Addr, ","),
+					"SERVESCOPE_CLICKHOUSE_DATABASE=" + db.Config.Database,
+					"CONSUMER_DURABLE=bench-freshness",
+					"CONSUMER_FLUSH_INTERVAL=" + flush.String(),
+					"CONSUMER_METRICS_ADDR=" + addr,
+				},
+				Ready: func(ctx context.Context) error { return b.get(ctx, "/readyz", nil) },
+			}, nil
 		})
 		if err != nil {
-			return false, err
-		}
-		if err := p.Start(ctx); err != nil {
 			return false, fmt.Errorf("start consumer: %w", err)
 		}
 		for _, rate := range s.rates {

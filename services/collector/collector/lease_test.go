@@ -2,10 +2,10 @@ package collector
 
 import (
 	"context"
-	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,43 +40,37 @@ type collectorProcess struct {
 	metrics string
 }
 
-func freeLoopback(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func startCollectorProcess(t *testing.T, name string, env map[string]string) *collectorProcess {
 	t.Helper()
 	bin := testenv.Binary(t, "github.com/servescope/servescope/services/collector")
 	dir := t.TempDir()
-	c := &collectorProcess{metrics: freeLoopback(t)}
-	environ := []string{"COLLECTOR_METRICS_ADDR=" + c.metrics, "COLLECTOR_INSTANCE=" + name,
-		"COLLECTOR_STATE_DIR=" + filepath.Join(dir, "state"), "COLLECTOR_SPOOL_DIR=" + filepath.Join(dir, "spool")}
-	for k, v := range env {
-		environ = append(environ, k+"="+v)
-	}
+	c := &collectorProcess{}
 	logPath := filepath.Join(dir, "collector.log")
-	p, err := proc.New(proc.Spec{Name: "collector " + name, Path: bin, Args: []string{"run"}, Env: environ, Log: logPath,
-		DieWithCaller: true, StopGrace: time.Minute, ReadyTimeout: 3 * time.Minute,
-		Ready: proc.HTTPReady("http://" + c.metrics + "/readyz")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Process = p
 	t.Cleanup(func() {
-		_ = p.Kill(context.Background())
+		if c.Process != nil {
+			_ = c.Kill(context.Background())
+		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			t.Logf("collector %s log:\n%s", name, b)
 		}
 	})
-	if err := p.Start(t.Context()); err != nil {
+	// On a fresh port again when another process took the one picked before the collector bound it.
+	p, ports, err := proc.StartOnFreePorts(t.Context(), 1, func(ports []int) (proc.Spec, error) {
+		metrics := "127.0.0.1:" + strconv.Itoa(ports[0])
+		environ := []string{"COLLECTOR_METRICS_ADDR=" + metrics, "COLLECTOR_INSTANCE=" + name,
+			"COLLECTOR_STATE_DIR=" + filepath.Join(dir, "state"), "COLLECTOR_SPOOL_DIR=" + filepath.Join(dir, "spool")}
+		for k, v := range env {
+			environ = append(environ, k+"="+v)
+		}
+		return proc.Spec{Name: "collector " + name, Path: bin, Args: []string{"run"}, Env: environ, Log: logPath,
+			DieWithCaller: true, StopGrace: time.Minute, ReadyTimeout: 3 * time.Minute,
+			Ready: proc.HTTPReady("http://" + metrics + "/readyz")}, nil
+	})
+	if err != nil {
 		t.Fatalf("start collector %s: %v", name, err)
 	}
+	c.Process, c.metrics = p, "127.0.0.1:"+strconv.Itoa(ports[0])
 	return c
 }
 

@@ -69,39 +69,8 @@ func (g *Group) Eval(ctx context.Context, ts time.Time) error {
 			errs = append(errs, err)
 			continue
 		}
-		for _, a := range changed {
-			g.logger().Info("alert state", "rule", a.Rule, "fingerprint", a.Fingerprint, "state", a.StateName(),
-				"value", logNumber(a.Value), "baseline", logNumber(a.Baseline), "threshold", logNumber(a.Threshold), "ts", ts)
-		}
-		var due, current []*Alert
-		for _, a := range r.Alerts() {
-			if needsSending(a, ts, g.Repeat) {
-				due = append(due, a)
-			}
-			if a.State == StateFiring || a.Resolved() {
-				current = append(current, a)
-			}
-		}
-		save := changed
-		for _, a := range due {
-			r.markSent(a.Fingerprint, ts)
-			a.LastSentAt = ts
-			save = replaceByFingerprint(save, a)
-		}
-		// The decision is saved before it is handed over: after a crash the next start finds it
-		// in the alerts table and delivers whatever a receiver has not accepted (see Store). A
-		// failed save still notifies, as delivering matters more than never delivering twice.
-		if g.Store != nil && len(save) > 0 {
-			if err := g.Store.Save(ctx, ts, save); err != nil {
-				g.logger().Error("save alert state", "rule", r.Name(), "err", err)
-				errs = append(errs, err)
-			}
-		}
-		if g.Notify != nil && len(due) > 0 {
-			g.Notify(ctx, ts, due)
-		}
-		if g.Resend != nil && len(current) > 0 {
-			g.Resend(ctx, ts, current)
+		if err := g.record(ctx, ts, r, changed); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	g.Metrics.setAlerts(g.Rules)
@@ -142,6 +111,60 @@ func (g *Group) evalRules(ctx context.Context, ts time.Time) []ruleResult {
 	}
 	wg.Wait()
 	return results
+}
+
+// record logs the state changes of r's evaluation at ts, persists the changed and due alerts,
+// then hands the due alerts to Notify and the current ones to Resend.
+func (g *Group) record(ctx context.Context, ts time.Time, r *Rule, changed []*Alert) error {
+	for _, a := range changed {
+		g.logger().Info("alert state", "rule", a.Rule, "fingerprint", a.Fingerprint, "state", a.StateName(),
+			"value", logNumber(a.Value), "baseline", logNumber(a.Baseline), "threshold", logNumber(a.Threshold), "ts", ts)
+	}
+	var due, current []*Alert
+	for _, a := range r.Alerts() {
+		if needsSending(a, ts, g.Repeat) {
+			due = append(due, a)
+		}
+		if a.State == StateFiring || a.Resolved() {
+			current = append(current, a)
+		}
+	}
+	save := changed
+	for _, a := range due {
+		r.markSent(a.Fingerprint, ts)
+		a.LastSentAt = ts
+		save = replaceByFingerprint(save, a)
+	}
+	// The decision is saved before it is handed over: after a crash the next start finds it
+	// in the alerts table and delivers whatever a receiver has not accepted (see Store). A
+	// failed save still notifies, as delivering matters more than never delivering twice.
+	var err error
+	if g.Store != nil && len(save) > 0 {
+		if err = g.Store.Save(ctx, ts, save); err != nil {
+			g.logger().Error("save alert state", "rule", r.Name(), "err", err)
+		}
+	}
+	if g.Notify != nil && len(due) > 0 {
+		g.Notify(ctx, ts, due)
+	}
+	if g.Resend != nil && len(current) > 0 {
+		g.Resend(ctx, ts, current)
+	}
+	return err
+}
+
+// Retire ends the alerts of rules a reload removed (see [Rule.Retire]) at ts, and saves and
+// hands over their changes as an evaluation at ts would: each firing alert's resolution is
+// saved, goes to Notify (whose receivers had its firing) and to Resend, once, since the rules
+// are never evaluated again. The group's metrics are left alone: the rules are not its own.
+func (g *Group) Retire(ctx context.Context, ts time.Time, rs ...*Rule) error {
+	var errs []error
+	for _, r := range rs {
+		if err := g.record(ctx, ts, r, r.Retire(ts)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // replaceByFingerprint puts a into list, replacing an entry with the same fingerprint: the alerts

@@ -223,6 +223,33 @@ func (r *Rule) TakeState(old *Rule) {
 	}
 }
 
+// Retire ends the rule's alerts at ts, for a rule that a reload removes (or whose identity it
+// changes, so that its alerts cannot be kept): it is never evaluated again, so nothing else
+// would resolve a firing alert, and a receiver that is not Alertmanager (whose endsAt expires an
+// alert by itself) would hold it firing for ever. A firing alert is resolved at ts (at its firing
+// when that is later: an evaluation ahead of the wall clock in a test or a replay); a pending one,
+// never notified, ends without a resolution. It returns copies of the alerts whose state changed.
+func (r *Rule) Retire(ts time.Time) []*Alert {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var changed []*Alert
+	for fp, a := range r.active {
+		switch a.State {
+		case StatePending:
+			a.State = StateInactive
+			delete(r.active, fp)
+			changed = append(changed, a.clone())
+		case StateFiring:
+			a.State, a.ResolvedAt, a.KeepFiringSince = StateInactive, ts, time.Time{}
+			if a.FiredAt.After(ts) {
+				a.ResolvedAt = a.FiredAt
+			}
+			changed = append(changed, a.clone())
+		}
+	}
+	return changed
+}
+
 // markSent records that the alert with fp was handed to the notifier at ts.
 func (r *Rule) markSent(fp string, ts time.Time) {
 	r.mu.Lock()

@@ -226,3 +226,63 @@ func TestEvalSavesBeforeNotifying(t *testing.T) {
 		}
 	}
 }
+
+// memStore keeps what a group saves, for the retirement test.
+type memStore struct{ saved []*Alert }
+
+func (m *memStore) Save(_ context.Context, _ time.Time, alerts []*Alert) error {
+	m.saved = append(m.saved, alerts...)
+	return nil
+}
+
+func (m *memStore) Load(context.Context) ([]*Alert, error) { return nil, nil }
+
+// A rule retired by a reload: its firing alert is resolved at the retirement, saved, handed to
+// Notify (whose receiver had the firing) and to Resend once; its pending alert ends without a
+// notification.
+func TestRetireResolvesFiringAlertsOnce(t *testing.T) {
+	s := scripted{rows: map[time.Time][]rules.Sample{
+		tick(0): {firingRow(5, map[string]string{"app": "a"})},
+		tick(2): {firingRow(5, map[string]string{"app": "a"}), firingRow(5, map[string]string{"app": "b"})},
+	}}
+	r := NewRule(def(time.Minute), s)
+	store := &memStore{}
+	var notified, resent []*Alert
+	g := &Group{Rules: []*Rule{r}, Store: store,
+		Notify: func(_ context.Context, _ time.Time, as []*Alert) { notified = append(notified, as...) },
+		Resend: func(_ context.Context, _ time.Time, as []*Alert) { resent = append(resent, as...) }}
+	s.rows[tick(1)] = s.rows[tick(0)]
+	for i := range 3 {
+		if err := g.Eval(context.Background(), tick(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a fired at tick 2 (held a minute); b is pending since tick 2.
+	if len(notified) != 1 || notified[0].Labels["app"] != "a" || notified[0].State != StateFiring {
+		t.Fatalf("before the retirement notified %+v, want a's firing", notified)
+	}
+	notified, resent, store.saved = nil, nil, nil
+
+	at := tick(3)
+	if err := (&Group{Store: store, Notify: g.Notify, Resend: g.Resend}).Retire(context.Background(), at, r); err != nil {
+		t.Fatal(err)
+	}
+	if len(notified) != 1 || notified[0].Labels["app"] != "a" || !notified[0].Resolved() || !notified[0].ResolvedAt.Equal(at) {
+		t.Errorf("notified at the retirement %+v, want a resolved at %s", notified, at)
+	}
+	if len(resent) != 1 || !resent[0].Resolved() {
+		t.Errorf("resent at the retirement %+v, want a resolved", resent)
+	}
+	states := map[string]string{}
+	for _, a := range store.saved {
+		states[a.Labels["app"]] = a.StateName()
+	}
+	if states["a"] != "resolved" || states["b"] != "inactive" || len(states) != 2 {
+		t.Errorf("saved at the retirement %v, want a resolved and b inactive", states)
+	}
+	// Nothing is due any more: a second retirement (or a late evaluation) notifies nothing.
+	notified = nil
+	if err := (&Group{Store: store, Notify: g.Notify}).Retire(context.Background(), tick(4), r); err != nil || len(notified) != 0 {
+		t.Errorf("second retirement: %v, notified %+v; want nothing", err, notified)
+	}
+}

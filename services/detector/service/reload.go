@@ -73,10 +73,14 @@ func newReloadState(reg prometheus.Registerer, rulesLoaded int) *reloadState {
 // firing and is not notified again. Each rule's SQL is first dry-run on ClickHouse
 // (rules.Check): a rule ClickHouse refuses refuses the whole reload, and the rules loaded before
 // keep running. When ClickHouse cannot be reached the SQL goes unchecked (the reload is not held
-// back by an outage; a broken query then shows in the evaluation failures). A removed rule's
-// alerts are dropped, as Prometheus drops them; Alertmanager resolves them when their endsAt
-// passes. While Run runs, the rules change between two evaluations: an evaluation under way
-// finishes with the old rules.
+// back by an outage; a broken query then shows in the evaluation failures). While Run runs, the
+// rules change between two evaluations: an evaluation under way finishes with the old rules.
+//
+// A rule the reload removes, or whose identity it changes, is never evaluated again: its firing
+// alerts are resolved at the reload (evaluation time, EvalDelay behind the wall clock), saved in
+// the alerts table and notified as resolved, once, to the webhook receivers and the
+// Alertmanagers. Prometheus drops such alerts and leaves Alertmanager to expire them at their
+// endsAt, but a webhook receiver has no endsAt to wait for and would hold them firing for ever.
 func (d *Detector) Reload(ctx context.Context, defs []*rules.Definition) error {
 	for _, def := range defs {
 		if err := rules.Check(ctx, d.conn, def); err != nil {
@@ -96,8 +100,9 @@ func (d *Detector) Reload(ctx context.Context, defs []*rules.Definition) error {
 	}
 	d.mu.Lock()
 	if !d.reloads.running {
-		d.installLocked(rs, gs)
+		removed := d.installLocked(rs, gs)
 		d.mu.Unlock()
+		d.retire(ctx, removed)
 	} else {
 		d.mu.Unlock()
 		sw := swap{rules: rs, groups: gs, done: make(chan struct{})}
@@ -112,9 +117,10 @@ func (d *Detector) Reload(ctx context.Context, defs []*rules.Definition) error {
 	return nil
 }
 
-// installLocked makes rs and gs the detector's rules, moving the state of the rules they replace.
-// The caller holds d.mu.
-func (d *Detector) installLocked(rs []*alerting.Rule, gs []*alerting.Group) {
+// installLocked makes rs and gs the detector's rules, moving the state of the rules they replace,
+// and returns the rules whose identity is gone (their alerts are for retire). The caller holds
+// d.mu.
+func (d *Detector) installLocked(rs []*alerting.Rule, gs []*alerting.Group) []*alerting.Rule {
 	old := map[string]*alerting.Rule{}
 	for _, r := range d.rules {
 		old[r.Identity()] = r
@@ -129,13 +135,34 @@ func (d *Detector) installLocked(rs []*alerting.Rule, gs []*alerting.Group) {
 			kept++
 		}
 	}
-	for _, o := range old {
+	var removed []*alerting.Rule
+	for _, o := range d.rules {
+		if _, gone := old[o.Identity()]; !gone {
+			continue
+		}
+		removed = append(removed, o)
 		if !names[o.Name()] {
 			d.metrics.Forget(o.Name())
 		}
 	}
 	d.rules, d.groups = rs, gs
-	d.log.Info("rules installed", "rules", len(rs), "state_kept", kept, "groups", len(gs))
+	d.log.Info("rules installed", "rules", len(rs), "state_kept", kept, "groups", len(gs), "removed", len(removed))
+	return removed
+}
+
+// retire resolves, saves and notifies the firing alerts of rules a reload removed (see Reload),
+// at the evaluation time of now. A failed save is logged (the notifications go out all the same,
+// as after an evaluation).
+func (d *Detector) retire(ctx context.Context, removed []*alerting.Rule) {
+	if len(removed) == 0 {
+		return
+	}
+	g := &alerting.Group{Repeat: d.cfg.RepeatInterval, Store: alerting.CHStore{Conn: d.conn},
+		Notify: d.notify, Resend: d.resend, Log: d.log}
+	ts := time.Now().Add(-d.cfg.EvalDelay)
+	if err := g.Retire(ctx, ts, removed...); err != nil {
+		d.log.Error("save the resolution of the alerts of removed rules", "rules", len(removed), "err", err)
+	}
 }
 
 // runGroups evaluates the groups, each on its interval, until ctx ends, and puts in the groups of
@@ -166,9 +193,12 @@ func (d *Detector) runGroups(ctx context.Context) {
 			close(stop)
 			wg.Wait()
 			d.mu.Lock()
-			d.installLocked(sw.rules, sw.groups)
+			removed := d.installLocked(sw.rules, sw.groups)
 			groups = d.groups
 			d.mu.Unlock()
+			// Before the groups run again, so that the resolutions are saved ahead of any later
+			// evaluation's rows.
+			d.retire(ctx, removed)
 			close(sw.done)
 		}
 	}

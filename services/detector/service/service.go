@@ -164,6 +164,8 @@ func (d *Detector) Restore(ctx context.Context) error {
 		}
 	}
 	d.log.Info("alert state restored", "alerts", len(alerts))
+	// Alerts of rules removed while the detector was stopped, resolved now as a reload would.
+	d.retire(ctx, d.orphans(alerts))
 	n, err := d.redeliver(ctx, alerts, time.Now())
 	if err != nil {
 		return err
@@ -172,6 +174,34 @@ func (d *Detector) Restore(ctx context.Context) error {
 		d.log.Info("undelivered notifications queued again", "notifications", n)
 	}
 	return nil
+}
+
+// orphans returns, as rules to retire, the firing alerts among alerts whose rule the detector no
+// longer has (removed while it was stopped): no evaluation would ever resolve them. An alert of a
+// rule that is still there under other labels or severity needs nothing: the restore puts it
+// into that rule, whose next evaluation resolves it (its fingerprint is no longer produced).
+func (d *Detector) orphans(alerts []*alerting.Alert) []*alerting.Rule {
+	known := map[string]bool{}
+	for _, r := range d.Rules() {
+		known[r.Name()] = true
+	}
+	byRule := map[string]*alerting.Rule{}
+	var out []*alerting.Rule
+	for _, a := range alerts {
+		if a.State != alerting.StateFiring || known[a.Rule] {
+			continue
+		}
+		r, ok := byRule[a.Rule]
+		if !ok {
+			r = alerting.NewRule(&rules.Definition{Name: a.Rule, Severity: a.Severity}, nil)
+			byRule[a.Rule] = r
+			out = append(out, r)
+		}
+		if err := r.Restore(a); err != nil {
+			d.log.Error("retire an alert of a removed rule", "rule", a.Rule, "fingerprint", a.Fingerprint, "err", err)
+		}
+	}
+	return out
 }
 
 // redeliver queues, per receiver, the undelivered decided state changes among alerts (the latest
