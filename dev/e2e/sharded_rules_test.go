@@ -223,7 +223,7 @@ func differentialEvents(last time.Time, rate synth.Rate) ([]synth.Incident, []ti
 		prev = ends[i].Add(time.Second)
 	}
 	events := tr.Events()
-	// Requests of every kind, engine spans included, in the baseline: request_timings_window and
+	// Requests of every kind, engine spans included, in the baseline: request_timings_sampled and
 	// request_facts join them shard by shard.
 	base := ends[0].Add(-healthyBefore / 2)
 	for i := range shardedRequests {

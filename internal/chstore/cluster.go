@@ -72,14 +72,15 @@ var ShardedObjects = []ShardedObject{
 // local one on every shard through the cluster table function and unites the answers. A query
 // must not join a Distributed table with one of these views itself: ClickHouse 26.7 sends such a
 // join to the shards naming the view without its parameters, which they refuse; the join goes
-// into a view of this list instead (request_timings_window, request_facts_window). Each view
+// into a view of this list instead (request_timings_window, request_facts_window,
+// request_timings_sampled, request_phases_sampled). Each view
 // groups by request or by engine, which the sharding keys keep on one shard — except app_traces,
 // which groups an application's records by trace: a trace whose records carry different
 // request_ids can be split over shards and then yields one row per shard (README, "Running past
 // one machine").
 var ParameterizedViews = []string{
 	"engine_window_histograms", "engine_window_averages", "engine_requests", "app_requests", "app_traces", "request_facts_window",
-	"request_timings_window",
+	"request_timings_window", "request_timings_sampled", "request_phases_sampled",
 }
 
 // windowArgs passes a parameterized view's parameters on to the local view it wraps.

@@ -803,3 +803,46 @@ func FuzzParseTime(f *testing.F) {
 		}
 	})
 }
+
+// TestSampledWindowCountsEveryRequest: a window of more than 100,000 requests is read through a
+// sample (migrations/000016), yet its request count is exact (it reads requests alone) and its
+// means and shares are the whole window's within the sample's error; the same requests split into
+// windows under the bound give the exact figures.
+func TestSampledWindowCountsEveryRequest(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	from := time.Now().UTC().Add(-3 * time.Hour).Truncate(time.Second)
+	const total = 150_000 // 20 ms apart: 50 minutes
+	// Every fifth request waited 0.4 s in the queue; every fourth was cut at max_tokens.
+	d.exec(`INSERT INTO requests (event_id, request_id, ts, arrival_ts, finished_ts, model, endpoint, status_code,
+	            queue_s, e2e_s, finish_reason)
+	        SELECT concat('e-', toString(number)), concat('r-', toString(number)), arrival + INTERVAL 1 SECOND, arrival,
+	               arrival + INTERVAL 1 SECOND, 'm', '/v1/chat/completions', 200,
+	               if(number % 5 = 0, 0.4, 0), 1.0, if(number % 4 = 0, 'length', 'stop')
+	        FROM (SELECT number, toDateTime64(?, 6, 'UTC') + toIntervalMicrosecond(number * 20000) AS arrival
+	              FROM numbers(150000))`, from.Format("2006-01-02 15:04:05.000000"))
+	w := diagnose.Range{From: from, To: from.Add(time.Hour)}
+	rep, err := diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w, Baseline: diagnose.Range{From: from.Add(-time.Hour), To: from}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rep.Current
+	if s.Requests != total {
+		t.Errorf("requests %d, want every one of %d", s.Requests, total)
+	}
+	if !near(s.QueueMean, 0.08, 0.004) || !near(s.LengthShare, 0.25, 0.01) || !near(s.E2EMean, 1.0, 1e-9) {
+		t.Errorf("sampled queue mean %v (want 0.08), length share %v (want 0.25), e2e mean %v (want 1.0)",
+			deref(s.QueueMean), deref(s.LengthShare), deref(s.E2EMean))
+	}
+	// Under the bound: the first 90,000 requests (30 minutes), every one.
+	w = diagnose.Range{From: from, To: from.Add(30 * time.Minute)}
+	rep, err = diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w, Baseline: diagnose.Range{From: from.Add(-time.Hour), To: from}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = rep.Current
+	if s.Requests != 90_000 || !near(s.QueueMean, 0.08, 1e-9) || !near(s.LengthShare, 0.25, 1e-12) {
+		t.Errorf("90,000 requests: %d, queue mean %v, length share %v; want 90000, 0.08 and 0.25 exactly",
+			s.Requests, deref(s.QueueMean), deref(s.LengthShare))
+	}
+}

@@ -290,11 +290,12 @@ func timeOne(ctx context.Context, x *stmt, params map[string]string, scalar *uin
 var fromTable = regexp.MustCompile(`(?i)\bFROM\s+([a-z_]+)`)
 
 // windowTable is the table the series query's window is read from and its time column: the
-// first table it names; request_facts_window is a view over requests by arrival_ts.
+// first table it names; request_facts_window and request_phases_sampled are views over requests
+// by arrival_ts.
 func windowTable(sql string) (table, column string, err error) {
 	for _, m := range fromTable.FindAllStringSubmatch(sql, -1) {
 		switch m[1] {
-		case "request_facts_window":
+		case "request_facts_window", "request_phases_sampled":
 			return "requests", "arrival_ts", nil
 		case "requests", "requests_started":
 			return m[1], "arrival_ts", nil
