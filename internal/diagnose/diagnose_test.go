@@ -834,6 +834,17 @@ func TestSampledWindowCountsEveryRequest(t *testing.T) {
 		t.Errorf("sampled queue mean %v (want 0.08), length share %v (want 0.25), e2e mean %v (want 1.0)",
 			deref(s.QueueMean), deref(s.LengthShare), deref(s.E2EMean))
 	}
+	// Counts read from the sample (models here) are scaled, marked as estimates in JSON and text.
+	if s.SampleFactor < 2 || s.Versions["model"]["m"] < total*9/10 || s.Versions["model"]["m"] > total*11/10 {
+		t.Errorf("sample factor %d, model count %d: want a factor above 1 and about %d", s.SampleFactor, s.Versions["model"]["m"], total)
+	}
+	var out strings.Builder
+	if err := rep.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	if text := out.String(); !strings.Contains(text, "model: window m (≈") || !strings.Contains(text, "≈: estimated from") {
+		t.Errorf("the text does not mark the estimated counts:\n%s", text)
+	}
 	// Under the bound: the first 90,000 requests (30 minutes), every one.
 	w = diagnose.Range{From: from, To: from.Add(30 * time.Minute)}
 	rep, err = diagnose.Run(d.ctx, d.conn, diagnose.Options{Window: w, Baseline: diagnose.Range{From: from.Add(-time.Hour), To: from}})
@@ -841,6 +852,9 @@ func TestSampledWindowCountsEveryRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = rep.Current
+	if s.SampleFactor != 0 || s.Versions["model"]["m"] != 90_000 {
+		t.Errorf("90,000 requests: sample factor %d, model count %d; want exact (no factor) and 90000", s.SampleFactor, s.Versions["model"]["m"])
+	}
 	if s.Requests != 90_000 || !near(s.QueueMean, 0.08, 1e-9) || !near(s.LengthShare, 0.25, 1e-12) {
 		t.Errorf("90,000 requests: %d, queue mean %v, length share %v; want 90000, 0.08 and 0.25 exactly",
 			s.Requests, deref(s.QueueMean), deref(s.LengthShare))

@@ -47,7 +47,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		if len(cur) == 0 && len(base) == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "%s: window %s; baseline %s\n", kind, versionsText(cur), versionsText(base))
+		fmt.Fprintf(&b, "%s: window %s; baseline %s\n", kind, versionsText(cur, r.Current.SampleFactor), versionsText(base, r.Base.SampleFactor))
+	}
+	if f := max(r.Current.SampleFactor, r.Base.SampleFactor); f > 1 {
+		fmt.Fprintf(&b, "≈: estimated from the requests with xxh3(request_id) %% %d = 0 (a range of over 100,000 requests is sampled)\n", f)
 	}
 	b.WriteString("\n")
 	for _, br := range r.Branches {
@@ -89,13 +92,21 @@ func codesText(m map[uint16]uint64) string {
 	return strings.Join(parts, " ")
 }
 
-func versionsText(m map[string]uint64) string {
+func versionsText(m map[string]uint64, sampleFactor uint64) string {
 	if len(m) == 0 {
 		return "-"
 	}
 	var parts []string
 	for _, v := range sortedValues(m) {
-		parts = append(parts, fmt.Sprintf("%s (%d)", v, m[v]))
+		parts = append(parts, fmt.Sprintf("%s (%s)", v, countText(m[v], sampleFactor)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// countText prints n, marked "≈" when it was scaled from a 1-in-sampleFactor sample.
+func countText(n, sampleFactor uint64) string {
+	if sampleFactor > 1 {
+		return fmt.Sprintf("≈%d", n)
+	}
+	return fmt.Sprintf("%d", n)
 }

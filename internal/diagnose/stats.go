@@ -103,6 +103,10 @@ type Stats struct {
 	// Versions counts requests per value of each version label: "model", "embedding_model_version",
 	// "index_version", "prompt_version", "config_version".
 	Versions map[string]map[string]uint64 `json:"versions,omitempty"`
+	// SampleFactor, when above 1, says ScriptChecked and the Versions counts are estimates: the
+	// range held over 100,000 requests, and they were counted on the requests whose
+	// xxh3(request_id) % SampleFactor is 0, times SampleFactor (migrations/000016). Absent: exact.
+	SampleFactor uint64 `json:"sample_factor,omitempty"`
 
 	// OOMLines and ExceptionLines count the engine log's out-of-memory and exception lines; the
 	// latest of them was at LastErrorTS on LastErrorEngine.
@@ -368,15 +372,23 @@ func (s *Stats) readRetrieval(ctx context.Context, conn driver.Conn) error {
 }
 
 func (s *Stats) readScript(ctx context.Context, conn driver.Conn) error {
-	var violations uint64
-	if err := conn.QueryRow(ctx, query("script")).Scan(&s.ScriptChecked, &violations); err != nil {
+	var violations, factor uint64
+	if err := conn.QueryRow(ctx, query("script")).Scan(&s.ScriptChecked, &violations, &factor); err != nil {
 		return fmt.Errorf("read output script checks from requests and app_records: %w", err)
 	}
+	s.noteSample(factor)
 	if s.ScriptChecked > 0 {
 		f := float64(violations) / float64(s.ScriptChecked)
 		s.WrongScriptShare = &f
 	}
 	return nil
+}
+
+// noteSample records that a count was scaled from a 1-in-factor sample (factor > 1).
+func (s *Stats) noteSample(factor uint64) {
+	if factor > 1 {
+		s.SampleFactor = max(s.SampleFactor, factor)
+	}
 }
 
 func (s *Stats) readVersions(ctx context.Context, conn driver.Conn) error {
@@ -387,10 +399,11 @@ func (s *Stats) readVersions(ctx context.Context, conn driver.Conn) error {
 	defer rows.Close()
 	for rows.Next() {
 		var kind, value string
-		var n uint64
-		if err := rows.Scan(&kind, &value, &n); err != nil {
+		var n, factor uint64
+		if err := rows.Scan(&kind, &value, &n, &factor); err != nil {
 			return fmt.Errorf("scan version: %w", err)
 		}
+		s.noteSample(factor)
 		if s.Versions == nil {
 			s.Versions = map[string]map[string]uint64{}
 		}

@@ -9,7 +9,7 @@ WITH
               WHERE arrival_ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
                 AND arrival_ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')), 0) AS arrived,
     toUInt64(if(arrived < 100000, 1, intExp2(toUInt8(log2(arrived / 50000))))) AS sample_m
-SELECT count() * sample_m AS checked, countIf(violation) * sample_m AS violations
+SELECT count() * sample_m AS checked, countIf(violation) * sample_m AS violations, any(sample_m) AS sample_factor
 FROM
 (
     SELECT request_id, max(v) AS violation

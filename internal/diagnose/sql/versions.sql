@@ -10,7 +10,7 @@ WITH
               WHERE arrival_ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
                 AND arrival_ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')), 0) AS arrived,
     toUInt64(if(arrived < 100000, 1, intExp2(toUInt8(log2(arrived / 50000))))) AS sample_m
-SELECT kv.1 AS kind, kv.2 AS value, uniqExact(request_id) * sample_m AS n
+SELECT kv.1 AS kind, kv.2 AS value, uniqExact(request_id) * sample_m AS n, any(sample_m) AS sample_factor
 FROM
 (
     SELECT request_id,

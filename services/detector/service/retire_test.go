@@ -181,3 +181,33 @@ func TestStartResolvesTheAlertsOfARuleRemovedWhileStopped(t *testing.T) {
 		t.Errorf("alerts table after the start: reload_gone's latest state %q, want resolved", got)
 	}
 }
+
+// The resolution of a removed rule's alert that no receiver accepted before the detector stopped
+// is delivered by the next start, as any other undelivered state change: the rule being gone does
+// not make its last decision undeliverable (a fresh user found it lost).
+func TestRemovedRulesResolutionSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	conn, ch := testenv.ClickHouse(t)
+	insert5xx(t, conn, time.Now().Add(-30*time.Second), 3)
+	hook := startReceiver(t, []byte("retire-secret"))
+	dir := t.TempDir()
+	writeRule(t, dir, "gone.yaml", reloadRule("reload_gone", 1, ""))
+	cfg := testConfig(ch)
+	cfg.RulesDir, cfg.WebhookURLs, cfg.WebhookSecret, cfg.EvalDelay = dir, []string{hook.URL()}, "retire-secret", 0
+	cfg.Interval = time.Hour
+
+	_, stop := serveDetector(t, cfg)
+	waitUntil(t, "reload_gone firing at the webhook receiver", func() bool { return count(hook.messages(), "reload_gone", "firing") == 1 })
+	hook.down()
+	if err := os.Remove(filepath.Join(dir, "gone.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "reload_gone resolved in the alerts table", func() bool { return storedState(t, conn, "reload_gone") == "resolved" })
+	stop()
+
+	hook.up()
+	serveDetector(t, cfg)
+	waitUntil(t, "the resolution of reload_gone at the webhook receiver after the restart", func() bool {
+		return count(hook.messages(), "reload_gone", "resolved") == 1
+	})
+}

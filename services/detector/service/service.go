@@ -229,8 +229,10 @@ func (d *Detector) redeliver(ctx context.Context, alerts []*alerting.Alert, now 
 			continue
 		}
 		// A state change never due (LastSentAt before it) was never to be notified, and one
-		// older than the horizon is past the notifier's retries.
-		if !known[a.Rule] || decided.IsZero() || a.LastSentAt.Before(decided) || decided.Before(since) {
+		// older than the horizon is past the notifier's retries. A removed rule's firing alert is
+		// left to retire (its resolution is the news); its resolution, decided when the rule
+		// went, is delivered like any other.
+		if (!known[a.Rule] && !a.Resolved()) || decided.IsZero() || a.LastSentAt.Before(decided) || decided.Before(since) {
 			continue
 		}
 		due = append(due, a)
