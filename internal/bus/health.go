@@ -89,6 +89,10 @@ func unavailable(what string, err error) (Fault, bool) {
 		Fix:     "start the stopped NATS nodes so that a majority of its replicas runs (2 of 3), then check again"}, true
 }
 
+// replicaGrace is how long a replica that is not current, with nothing to catch up, may go unseen
+// by its leader before it is a fault: a few of nats-server's Raft heartbeats (1 s apart).
+const replicaGrace = 5 * time.Second
+
 // clusterFaults reads one resource's cluster information: a group without a leader, and each
 // replica offline or not current. stops says what a leaderless resource stops doing.
 func clusterFaults(what string, ci *jetstream.ClusterInfo, stops string) []Fault {
@@ -119,13 +123,19 @@ func clusterFaults(what string, ci *jetstream.ClusterInfo, stops string) []Fault
 			out = append(out, Fault{Resource: what,
 				Problem: "replica on " + p.Name + " offline (last seen " + p.Active.Round(time.Millisecond).String() + " ago); the leader " + ci.Leader + " serves with the others, and one more node lost stops it",
 				Fix:     "start NATS node " + p.Name + " again; its replica catches up by itself"})
-		case !p.Current:
-			behind := strconv.FormatUint(p.Lag, 10) + " operations behind the leader " + ci.Leader
-			if p.Lag == 0 {
-				behind = "last seen by the leader " + ci.Leader + " " + p.Active.Round(time.Millisecond).String() + " ago"
-			}
+		case !p.Current && p.Lag == 0 && p.Active < replicaGrace:
+			// Seen a moment ago and nothing to catch up: a replica just added by a scale-up, or
+			// between two heartbeats. A check run right after `streams up` is not a fault.
+		case !p.Current && p.Lag == 0:
+			// A node killed (not stopped) is never reported offline by the leader: it stops
+			// being seen.
 			out = append(out, Fault{Resource: what,
-				Problem: "replica on " + p.Name + " not current (" + behind + ")",
+				Problem: "replica on " + p.Name + " unreachable (last seen by the leader " + ci.Leader + " " +
+					p.Active.Round(time.Millisecond).String() + " ago); the leader serves with the others, and one more node lost stops it",
+				Fix: "start NATS node " + p.Name + " again, or read its log if it runs; its replica catches up by itself"})
+		case !p.Current:
+			out = append(out, Fault{Resource: what,
+				Problem: "replica on " + p.Name + " not current (" + strconv.FormatUint(p.Lag, 10) + " operations behind the leader " + ci.Leader + ")",
 				Fix:     "it catches up by itself while node " + p.Name + " is healthy; if it stays behind, read that node's log and `nats server report jetstream`"})
 		}
 	}

@@ -34,7 +34,10 @@ func TestClusterFaults(t *testing.T) {
 		}}, []string{"S: no leader, so it stores and delivers no message; replicas not current (offline or unreachable) on n1, n2; start the stopped NATS nodes"}},
 		{"one replica unseen", &jetstream.ClusterInfo{Name: "c", RaftGroup: "S-R3F-x", Leader: "n3", Replicas: []*jetstream.PeerInfo{
 			{Name: "n1", Current: false, Active: 7 * time.Second}, {Name: "n2", Current: true},
-		}}, []string{"S: replica on n1 not current (last seen by the leader n3 7s ago)"}},
+		}}, []string{"S: replica on n1 unreachable (last seen by the leader n3 7s ago); the leader serves with the others, and one more node lost stops it; start NATS node n1 again"}},
+		{"a replica just added, seen a second ago", &jetstream.ClusterInfo{Name: "c", RaftGroup: "S-R3F-x", Leader: "n3", Replicas: []*jetstream.PeerInfo{
+			{Name: "n1", Current: false, Active: time.Second}, {Name: "n2", Current: true},
+		}}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
