@@ -154,23 +154,13 @@ func TestReloadResolvesTheAlertsOfARemovedRule(t *testing.T) {
 // alerts table with no rule to evaluate it, resolves it, saves that and notifies the receiver.
 func TestStartResolvesTheAlertsOfARuleRemovedWhileStopped(t *testing.T) {
 	t.Parallel()
-	conn, ch := testenv.ClickHouse(t)
-	insert5xx(t, conn, time.Now().Add(-30*time.Second), 3)
-	hook := startReceiver(t, []byte("retire-secret"))
-	dir := t.TempDir()
-	writeRule(t, dir, "gone.yaml", reloadRule("reload_gone", 1, ""))
-	cfg := testConfig(ch)
-	cfg.RulesDir, cfg.WebhookURLs, cfg.WebhookSecret, cfg.EvalDelay = dir, []string{hook.URL()}, "retire-secret", 0
-	cfg.Interval = time.Hour
-
-	_, stop := serveDetector(t, cfg)
-	waitUntil(t, "reload_gone firing at the webhook receiver", func() bool { return count(hook.messages(), "reload_gone", "firing") == 1 })
+	conn, cfg, hook, stop := goneRuleFiring(t)
 	stop()
 	if got := storedState(t, conn, "reload_gone"); got != "firing" {
 		t.Fatalf("alerts table after the stop: reload_gone's latest state %q, want firing", got)
 	}
 
-	if err := os.Remove(filepath.Join(dir, "gone.yaml")); err != nil {
+	if err := os.Remove(filepath.Join(cfg.RulesDir, "gone.yaml")); err != nil {
 		t.Fatal(err)
 	}
 	serveDetector(t, cfg)
@@ -187,19 +177,9 @@ func TestStartResolvesTheAlertsOfARuleRemovedWhileStopped(t *testing.T) {
 // not make its last decision undeliverable (a fresh user found it lost).
 func TestRemovedRulesResolutionSurvivesRestart(t *testing.T) {
 	t.Parallel()
-	conn, ch := testenv.ClickHouse(t)
-	insert5xx(t, conn, time.Now().Add(-30*time.Second), 3)
-	hook := startReceiver(t, []byte("retire-secret"))
-	dir := t.TempDir()
-	writeRule(t, dir, "gone.yaml", reloadRule("reload_gone", 1, ""))
-	cfg := testConfig(ch)
-	cfg.RulesDir, cfg.WebhookURLs, cfg.WebhookSecret, cfg.EvalDelay = dir, []string{hook.URL()}, "retire-secret", 0
-	cfg.Interval = time.Hour
-
-	_, stop := serveDetector(t, cfg)
-	waitUntil(t, "reload_gone firing at the webhook receiver", func() bool { return count(hook.messages(), "reload_gone", "firing") == 1 })
+	conn, cfg, hook, stop := goneRuleFiring(t)
 	hook.down()
-	if err := os.Remove(filepath.Join(dir, "gone.yaml")); err != nil {
+	if err := os.Remove(filepath.Join(cfg.RulesDir, "gone.yaml")); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "reload_gone resolved in the alerts table", func() bool { return storedState(t, conn, "reload_gone") == "resolved" })
@@ -210,4 +190,21 @@ func TestRemovedRulesResolutionSurvivesRestart(t *testing.T) {
 	waitUntil(t, "the resolution of reload_gone at the webhook receiver after the restart", func() bool {
 		return count(hook.messages(), "reload_gone", "resolved") == 1
 	})
+}
+
+// goneRuleFiring serves a detector whose rules directory holds gone.yaml (rule reload_gone, firing
+// on the 5xx rows it inserts) until its alert has reached the webhook receiver; stop stops it.
+func goneRuleFiring(t *testing.T) (driver.Conn, service.Config, *webhookReceiver, func()) {
+	t.Helper()
+	conn, ch := testenv.ClickHouse(t)
+	insert5xx(t, conn, time.Now().Add(-30*time.Second), 3)
+	hook := startReceiver(t, []byte("retire-secret"))
+	dir := t.TempDir()
+	writeRule(t, dir, "gone.yaml", reloadRule("reload_gone", 1, ""))
+	cfg := testConfig(ch)
+	cfg.RulesDir, cfg.WebhookURLs, cfg.WebhookSecret, cfg.EvalDelay = dir, []string{hook.URL()}, "retire-secret", 0
+	cfg.Interval = time.Hour
+	_, stop := serveDetector(t, cfg)
+	waitUntil(t, "reload_gone firing at the webhook receiver", func() bool { return count(hook.messages(), "reload_gone", "firing") == 1 })
+	return conn, cfg, hook, stop
 }
