@@ -251,12 +251,19 @@ func TestServeReloadsRules(t *testing.T) {
 	waitUntil(t, "the refused reload of the removed directory", func() bool {
 		return metric(t, metricsURL, "servescope_detector_rule_reload_failures_total") == 2
 	})
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	// Written aside and renamed into place, as a deploy does: files written one by one into the
+	// watched path could be loaded half-written (a reload between two files), and a rule missing
+	// from that reload would have its firing alert resolved.
+	staged := dir + ".new"
+	if err := os.Mkdir(staged, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	writeRule(t, dir, "errors.yaml", reloadRule("reload_errors", 2, ""))
-	writeRule(t, dir, "errors_b.yaml", reloadRule("reload_errors_b", 1, ""))
-	writeRule(t, dir, "errors_c.yaml", reloadRule("reload_errors_c", 1, ""))
+	writeRule(t, staged, "errors.yaml", reloadRule("reload_errors", 2, ""))
+	writeRule(t, staged, "errors_b.yaml", reloadRule("reload_errors_b", 1, ""))
+	writeRule(t, staged, "errors_c.yaml", reloadRule("reload_errors_c", 1, ""))
+	if err := os.Rename(staged, dir); err != nil {
+		t.Fatal(err)
+	}
 	waitUntil(t, "a successful reload of the directory created again, with 13 rules", func() bool {
 		return metric(t, metricsURL, "servescope_detector_rule_last_reload_successful") == 1 &&
 			metric(t, metricsURL, "servescope_detector_rules") == 13
