@@ -452,7 +452,8 @@ func (e *Engine) hasInbox() bool {
 }
 
 // publishGauges records the scheduler state right after a scheduling decision, which is when
-// vLLM computes the gauges it exports (running = the batch being executed).
+// vLLM computes the gauges it exports (running = the batch being executed), and after
+// sequences leave, before their ends are delivered.
 func (e *Engine) publishGauges() {
 	e.running.Store(int64(len(e.run)))
 	e.waitingN.Store(int64(len(e.waiting)))
@@ -471,6 +472,7 @@ func (e *Engine) drain(now float64) {
 		s.state = stateWaiting
 		e.waiting = append(e.waiting, s)
 	}
+	var aborted []*Seq
 	for _, s := range aborts {
 		switch s.state {
 		case stateWaiting:
@@ -482,6 +484,13 @@ func (e *Engine) drain(now float64) {
 			continue // already finished, or aborted before arrival was drained
 		}
 		s.state = stateDone
+		aborted = append(aborted, s)
+	}
+	if len(aborted) == 0 {
+		return
+	}
+	e.publishGauges() // as in apply: freed before the end is delivered
+	for _, s := range aborted {
 		f := s.finished(now, "abort")
 		for _, o := range e.observers {
 			o.RequestFinished(f)
@@ -671,6 +680,10 @@ func (e *Engine) apply(now float64, plan []planned, st *StepStats) {
 	if !finished {
 		return
 	}
+	// Finished sequences leave the batch and free their blocks before their outputs go out, as
+	// vLLM's scheduler frees a request in the step that finishes it: a client that has its last
+	// token never reads gauges that still count its request.
+	var done []*Seq
 	kept := e.run[:0]
 	for _, s := range e.run {
 		if s.state != stateDone {
@@ -678,6 +691,14 @@ func (e *Engine) apply(now float64, plan []planned, st *StepStats) {
 			continue
 		}
 		e.releaseBlocks(s)
+		done = append(done, s)
+	}
+	for i := len(kept); i < len(e.run); i++ {
+		e.run[i] = nil
+	}
+	e.run = kept
+	e.publishGauges()
+	for _, s := range done {
 		f := s.finished(now, s.reason)
 		for _, o := range e.observers {
 			o.RequestFinished(f)
@@ -688,8 +709,4 @@ func (e *Engine) apply(now float64, plan []planned, st *StepStats) {
 		}
 		s.finish(s.lastTok, f)
 	}
-	for i := len(kept); i < len(e.run); i++ {
-		e.run[i] = nil
-	}
-	e.run = kept
 }

@@ -409,3 +409,59 @@ func TestPrefillOnlyRequest(t *testing.T) {
 		t.Errorf("%d finished records", len(rec.finished))
 	}
 }
+
+// gaugeAtFinish reads the engine's gauges when each request's end is reported.
+type gaugeAtFinish struct {
+	recorder
+	e  *Engine
+	at []Gauges
+}
+
+func (g *gaugeAtFinish) RequestFinished(f *Finished) {
+	g.recorder.RequestFinished(f)
+	g.mu.Lock()
+	g.at = append(g.at, g.e.Gauges())
+	g.mu.Unlock()
+}
+
+// TestRequestLeavesGaugesBeforeItsEnd: a finished or aborted request no longer counts in the
+// gauges once its end is reported, as in vLLM, where the scheduler frees a request in the step
+// that finishes it. A client holding its last token used to read running 1 and a used KV cache
+// (the reproducer, once a race a loaded machine lost, is now deterministic).
+func TestRequestLeavesGaugesBeforeItsEnd(t *testing.T) {
+	for _, abort := range []bool{false, true} {
+		t.Run(map[bool]string{false: "finished", true: "aborted"}[abort], func(t *testing.T) {
+			obs := &gaugeAtFinish{}
+			e := New(DefaultConfig(), NewTokenizer(152064), NewClock(200), obs)
+			obs.e = e
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { _ = e.Run(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
+			s, err := e.Submit(Request{ID: "g", PromptIDs: prompt(e.Tokenizer(), "hello there"), MaxTokens: 20, IgnoreEOS: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if abort {
+				wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer wcancel()
+				if _, _, _, err := s.Wait(wctx, nil); err != nil {
+					t.Fatal(err)
+				}
+				e.Abort(s)
+			}
+			_, _, err = drain(t, s)
+			if abort != errors.Is(err, ErrAborted) || (!abort && err != nil) {
+				t.Fatalf("request ended with %v", err)
+			}
+			obs.mu.Lock()
+			defer obs.mu.Unlock()
+			if len(obs.at) != 1 {
+				t.Fatalf("%d ends reported", len(obs.at))
+			}
+			if g := obs.at[0]; g.Running != 0 || g.KVCacheUsage != 0 {
+				t.Errorf("gauges when the end was reported: %+v, want none running and no KV used", g)
+			}
+		})
+	}
+}
