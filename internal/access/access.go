@@ -19,8 +19,8 @@ import (
 // Role names. Roles are server-wide in ClickHouse; the grants they hold name one database. The
 // accounts' conventional names are servescope_detector and servescope_consumer.
 const (
-	// DetectorRole may read every table and view of the database and insert alert state and
-	// delivery records.
+	// DetectorRole may read every table and view of the database and insert alert state,
+	// delivery records and diagnose's baseline hours.
 	DetectorRole = "servescope_detector_role"
 	// ConsumerRole may only insert into the landing tables and ingest_errors.
 	ConsumerRole = "servescope_consumer_role"
@@ -33,9 +33,10 @@ const (
 // the console's account may not read them unless [Access.ConsoleContent] is set.
 var ContentColumns = map[string][]string{"requests": {"prompt_text", "output_text"}}
 
-// DetectorInsertTables are the tables the detector writes: alert state (migrations/000001) and
-// webhook delivery attempts (migrations/000004). Every other table is read-only to it.
-var DetectorInsertTables = []string{"alerts", "alert_deliveries"}
+// DetectorInsertTables are the tables the detector writes: alert state (migrations/000001),
+// webhook delivery attempts (migrations/000004) and diagnose's baseline hours, which it keeps
+// computed (migrations/000017). Every other table is read-only to it.
+var DetectorInsertTables = []string{"alerts", "alert_deliveries", "diagnose_hourly"}
 
 // ConsumerInsertTables are the tables the consumer writes: one landing table per event kind and
 // ingest_errors (migrations/000001). The consumer reads nothing but system.columns (its start-up

@@ -48,8 +48,8 @@ const byRequest = "cityHash64(request_id)"
 
 // ShardedObjects are the Distributed tables of the sharded schema, in creation order: every
 // landing and detector table and the views without parameters. Engine samples and logs shard by
-// engine, so that the engine views' per-engine windows stay shard-local; the detector's tables
-// by their de-duplication keys. A Distributed table cannot pass parameters to a view: the
+// engine, so that the engine views' per-engine windows stay shard-local; the detector's and
+// diagnose's tables by their de-duplication keys. A Distributed table cannot pass parameters to a view: the
 // parameterized views (request_facts_window, engine_requests, app_requests,
 // engine_window_histograms, engine_window_averages) have wrappers instead (ParameterizedViews).
 var ShardedObjects = []ShardedObject{
@@ -62,6 +62,7 @@ var ShardedObjects = []ShardedObject{
 	{"alerts", "cityHash64(rule, fingerprint)"},
 	{"alert_deliveries", "cityHash64(receiver)"},
 	{"ingest_errors", "cityHash64(subject, stream_seq)"},
+	{"diagnose_hourly", "cityHash64(model, hour)"},
 	{"request_facts", ""},
 	{"engine_timeline", ""},
 }

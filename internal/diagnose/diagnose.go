@@ -52,6 +52,9 @@ type Report struct {
 	// Current and Base are the quantities of the window and of the baseline.
 	Current Stats `json:"window_stats"`
 	Base    Stats `json:"baseline_stats"`
+	// BaselineSource says how the baseline was read: BaselineLive, or BaselineHourly, when
+	// Baseline is the whole hours of the one asked for (WholeHours).
+	BaselineSource string `json:"baseline_source"`
 	// HasBaseline is false when the baseline held no records; branches then fall back to the
 	// absolute floors documented with the thresholds.
 	HasBaseline bool `json:"has_baseline"`
@@ -99,8 +102,8 @@ func Run(ctx context.Context, conn driver.Conn, opts Options) (Report, error) {
 	if rep.Current.Empty() {
 		return rep, emptyWindow(ctx, conn, opts)
 	}
-	if rep.Base, err = collect(ctx, conn, opts.Baseline, opts.Model); err != nil {
-		return rep, fmt.Errorf("read baseline %s: %w", opts.Baseline, err)
+	if err := rep.readBaseline(ctx, conn, opts); err != nil {
+		return rep, err
 	}
 	rep.HasBaseline = !rep.Base.Empty()
 	rep.Rows = rows(&rep.Current, &rep.Base)
@@ -123,6 +126,32 @@ func Run(ctx context.Context, conn driver.Conn, opts Options) (Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// readBaseline reads the baseline: long (HourlyMinSpan) and large (HourlyMinRequests) ones as
+// their whole hours (WholeHours) from diagnose_hourly, others, and those when diagnose_hourly
+// fails, live over the range given.
+func (rep *Report) readBaseline(ctx context.Context, conn driver.Conn, opts Options) error {
+	if opts.Baseline.Seconds() >= HourlyMinSpan.Seconds() {
+		r := WholeHours(opts.Baseline)
+		s, ok, note, err := hourlyBaseline(ctx, conn, r, opts.Model)
+		if err != nil {
+			return fmt.Errorf("read baseline %s: %w", r, err)
+		}
+		if ok {
+			rep.Base, rep.Baseline, rep.BaselineSource = s, r, BaselineHourly
+			return nil
+		}
+		if note != "" {
+			rep.Notes = append(rep.Notes, note)
+		}
+	}
+	var err error
+	if rep.Base, err = collect(ctx, conn, opts.Baseline, opts.Model); err != nil {
+		return fmt.Errorf("read baseline %s: %w", opts.Baseline, err)
+	}
+	rep.BaselineSource = BaselineLive
+	return nil
 }
 
 // emptyWindow explains an empty window: nothing recorded at all, or nothing in this window.

@@ -12,6 +12,9 @@ import (
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "window   %s\nbaseline %s", r.Window, r.Baseline)
+	if r.BaselineSource == BaselineHourly {
+		b.WriteString("  (whole hours, from diagnose_hourly)")
+	}
 	if !r.HasBaseline {
 		b.WriteString("  (no records: branches use absolute floors)")
 	}

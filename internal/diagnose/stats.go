@@ -156,32 +156,22 @@ func params(ctx context.Context, r Range, model string) context.Context {
 
 // collect reads every quantity of the range from ClickHouse.
 func collect(ctx context.Context, conn driver.Conn, r Range, model string) (Stats, error) {
+	return collectWith(ctx, conn, r, model, func(ctx context.Context, s *Stats) error { return s.readRecords(ctx, conn) })
+}
+
+// collectWith reads the range's quantities with records filling the per-request ones (requests,
+// status codes, retrieval, output checks, versions) from params(ctx, r, model), then the engine's
+// samples, histograms (the means records left empty) and log lines.
+func collectWith(ctx context.Context, conn driver.Conn, r Range, model string, records func(context.Context, *Stats) error) (Stats, error) {
 	s := Stats{Sources: map[string]string{}}
 	pctx := params(ctx, r, model)
-	if err := s.readRequests(pctx, conn); err != nil {
+	if err := records(pctx, &s); err != nil {
 		return s, err
-	}
-	if s.Requests == 0 {
-		if err := s.readSpans(pctx, conn); err != nil {
-			return s, err
-		}
 	}
 	if err := s.readHistograms(ctx, conn, r, model); err != nil {
 		return s, err
 	}
 	if err := s.readSamples(pctx, conn); err != nil {
-		return s, err
-	}
-	if err := s.readStatus(pctx, conn); err != nil {
-		return s, err
-	}
-	if err := s.readRetrieval(pctx, conn); err != nil {
-		return s, err
-	}
-	if err := s.readScript(pctx, conn); err != nil {
-		return s, err
-	}
-	if err := s.readVersions(pctx, conn); err != nil {
 		return s, err
 	}
 	if err := s.readCrash(pctx, conn); err != nil {
@@ -192,6 +182,24 @@ func collect(ctx context.Context, conn driver.Conn, r Range, model string) (Stat
 		s.RatePerSecond = &rate
 	}
 	return s, nil
+}
+
+// readRecords reads the per-request quantities from the landing tables.
+func (s *Stats) readRecords(ctx context.Context, conn driver.Conn) error {
+	if err := s.readRequests(ctx, conn); err != nil {
+		return err
+	}
+	if s.Requests == 0 {
+		if err := s.readSpans(ctx, conn); err != nil {
+			return err
+		}
+	}
+	for _, read := range []func(context.Context, driver.Conn) error{s.readStatus, s.readRetrieval, s.readScript, s.readVersions} {
+		if err := read(ctx, conn); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // perRequest lists the pointers the requests and spans queries fill, in their column order after
@@ -335,12 +343,28 @@ func (s *Stats) readStatus(ctx context.Context, conn driver.Conn) error {
 		return fmt.Errorf("read status codes from requests: %w", err)
 	}
 	defer rows.Close()
-	var total, c4, c5 uint64
+	codes := map[uint16]uint64{}
 	for rows.Next() {
 		var code uint16
 		var n uint64
 		if err := rows.Scan(&code, &n); err != nil {
 			return fmt.Errorf("scan status code: %w", err)
+		}
+		codes[code] = n
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read status codes from requests: %w", err)
+	}
+	s.setStatusCodes(codes)
+	return nil
+}
+
+// setStatusCodes records the requests per status code and the 4xx and 5xx shares.
+func (s *Stats) setStatusCodes(codes map[uint16]uint64) {
+	var total, c4, c5 uint64
+	for code, n := range codes {
+		if n == 0 {
+			continue
 		}
 		if s.StatusCodes == nil {
 			s.StatusCodes = map[uint16]uint64{}
@@ -354,14 +378,10 @@ func (s *Stats) readStatus(ctx context.Context, conn driver.Conn) error {
 			c4 += n
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read status codes from requests: %w", err)
-	}
 	if total > 0 {
 		f4, f5 := float64(c4)/float64(total), float64(c5)/float64(total)
 		s.Share4xx, s.Share5xx = &f4, &f5
 	}
-	return nil
 }
 
 func (s *Stats) readRetrieval(ctx context.Context, conn driver.Conn) error {
@@ -372,16 +392,23 @@ func (s *Stats) readRetrieval(ctx context.Context, conn driver.Conn) error {
 }
 
 func (s *Stats) readScript(ctx context.Context, conn driver.Conn) error {
-	var violations, factor uint64
-	if err := conn.QueryRow(ctx, query("script")).Scan(&s.ScriptChecked, &violations, &factor); err != nil {
+	var checked, violations, factor uint64
+	if err := conn.QueryRow(ctx, query("script")).Scan(&checked, &violations, &factor); err != nil {
 		return fmt.Errorf("read output script checks from requests and app_records: %w", err)
 	}
+	s.setScript(checked, violations, factor)
+	return nil
+}
+
+// setScript records the output script checks: checked answers, violations among them, both
+// scaled from a 1-in-factor sample.
+func (s *Stats) setScript(checked, violations, factor uint64) {
 	s.noteSample(factor)
-	if s.ScriptChecked > 0 {
-		f := float64(violations) / float64(s.ScriptChecked)
+	s.ScriptChecked = checked
+	if checked > 0 {
+		f := float64(violations) / float64(checked)
 		s.WrongScriptShare = &f
 	}
-	return nil
 }
 
 // noteSample records that a count was scaled from a 1-in-factor sample (factor > 1).
@@ -404,18 +431,23 @@ func (s *Stats) readVersions(ctx context.Context, conn driver.Conn) error {
 			return fmt.Errorf("scan version: %w", err)
 		}
 		s.noteSample(factor)
-		if s.Versions == nil {
-			s.Versions = map[string]map[string]uint64{}
-		}
-		if s.Versions[kind] == nil {
-			s.Versions[kind] = map[string]uint64{}
-		}
-		s.Versions[kind][value] = n
+		s.addVersion(kind, value, n)
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read versions from requests and app_records: %w", err)
 	}
 	return nil
+}
+
+// addVersion records n requests with value for the version label kind.
+func (s *Stats) addVersion(kind, value string, n uint64) {
+	if s.Versions == nil {
+		s.Versions = map[string]map[string]uint64{}
+	}
+	if s.Versions[kind] == nil {
+		s.Versions[kind] = map[string]uint64{}
+	}
+	s.Versions[kind][value] += n
 }
 
 func (s *Stats) readCrash(ctx context.Context, conn driver.Conn) error {

@@ -12,7 +12,8 @@
 // histories can also be generated ahead with dev/cmd/history, ending later than their generation,
 // and given by name (-long-database, -short-database, -end, -addr). Every rule is evaluated at
 // now (rules.SQLRule.Eval), diagnose runs on [now − 1 h, now) (diagnose.Run, its 24 h baseline
-// before it), and every ```sql block of README.md runs as written; each -rounds times on each
+// before it, whose hours diagnose.Warm computes into diagnose_hourly first, as the detector does,
+// timed apart), and every ```sql block of README.md runs as written; each -rounds times on each
 // database, interleaved so outside load falls on both alike, with the query cache off. The
 // figure is the median time per query and database, and the ratio long ÷ short.
 //
@@ -180,6 +181,18 @@ func run(log *slog.Logger, s settings) (bool, error) {
 		d.times, d.cpu, d.timeouts = map[string][]time.Duration{}, map[string][]time.Duration{}, map[string]int{}
 	}
 	qctx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"use_query_cache": 0}))
+	// diagnose's baseline hours, as the detector keeps them (diagnose.Warm every
+	// DETECTOR_DIAGNOSE_WARM_INTERVAL): their computing is timed here, once, apart from the rounds.
+	warm := map[string]any{}
+	for _, d := range dbs {
+		t0 := time.Now()
+		n, err := diagnose.Warm(qctx, d.conn, at, diagnose.DefaultWarmBaseline, log)
+		if err != nil {
+			return false, fmt.Errorf("compute diagnose_hourly on %s: %w", d.name, err)
+		}
+		warm[d.name] = map[string]any{"hours": n, "s": time.Since(t0).Seconds()}
+		log.Info("diagnose_hourly computed", "database", d.name, "hours", n, "took", time.Since(t0))
+	}
 	for r := 0; r < s.rounds; r++ {
 		for _, q := range queries {
 			for i := range dbs {
@@ -228,7 +241,7 @@ func run(log *slog.Logger, s settings) (bool, error) {
 		"bench": "history", "requests": h.Spec.Requests, "span_h": h.Spec.Span.Hours(), "end": h.Spec.End, "at": at,
 		"short_from": h.ShortFrom, "long_from": h.LongFrom, "short_rows": h.ShortRows, "long_rows": h.LongRows,
 		"short_generate_s": h.ShortGenerateS, "long_generate_s": h.LongGenerateS, "rounds": s.rounds,
-		"queries": results, "target_ratio": s.targetRatio, "target_ms": s.targetMs, "query_timeout_s": s.timeout.Seconds(),
+		"queries": results, "diagnose_hourly_warm": warm, "target_ratio": s.targetRatio, "target_ms": s.targetMs, "query_timeout_s": s.timeout.Seconds(),
 		"load_avg_1m": benchkit.LoadAvg(), "targets_met": met,
 	})
 }

@@ -44,6 +44,11 @@ type Config struct {
 	// RuleConcurrency is how many rules of one evaluation group (the rules sharing an interval)
 	// run their queries at once; 1 evaluates them one after the other.
 	RuleConcurrency int `env:"DETECTOR_RULE_CONCURRENCY" envDefault:"4"`
+	// DiagnoseWarmInterval is how often the detector computes into diagnose_hourly
+	// (migrations/000017) the hours of `servescope diagnose`'s default baseline that are missing
+	// or outdated, so that a diagnose merges a day's baseline instead of reading it
+	// (internal/diagnose, Warm). 0 turns it off.
+	DiagnoseWarmInterval time.Duration `env:"DETECTOR_DIAGNOSE_WARM_INTERVAL" envDefault:"5m"`
 	// ExternalURL is where the detector is reachable, sent as the messages' externalURL.
 	ExternalURL string `env:"DETECTOR_EXTERNAL_URL"`
 	// Lease makes this detector one of several with the same settings of which one at a time
@@ -71,8 +76,8 @@ func (c *Config) Validate() error {
 	if c.RuleConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("DETECTOR_RULE_CONCURRENCY: must be at least 1, got %d", c.RuleConcurrency))
 	}
-	if c.RepeatInterval < 0 || c.EvalDelay < 0 {
-		errs = append(errs, errors.New("DETECTOR_REPEAT_INTERVAL and DETECTOR_EVAL_DELAY: must not be negative"))
+	if c.RepeatInterval < 0 || c.EvalDelay < 0 || c.DiagnoseWarmInterval < 0 {
+		errs = append(errs, errors.New("DETECTOR_REPEAT_INTERVAL, DETECTOR_EVAL_DELAY and DETECTOR_DIAGNOSE_WARM_INTERVAL: must not be negative"))
 	}
 	for _, u := range c.WebhookURLs {
 		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {

@@ -52,6 +52,7 @@ type Detector struct {
 	// alertmanagers is nil without AlertmanagerURLs.
 	alertmanagers *notify.Alertmanagers
 	reg           *prometheus.Registry
+	warm          *warmer
 	log           *slog.Logger
 }
 
@@ -82,6 +83,7 @@ func New(cfg Config, conn driver.Conn, defs []*rules.Definition, reg *prometheus
 	}
 	d.resend = resend
 	d.metrics = alerting.NewMetrics(reg)
+	d.warm = newWarmer(reg)
 	d.reloads = newReloadState(reg, len(defs))
 	if d.rules, d.groups, err = d.build(defs); err != nil {
 		return nil, err
@@ -265,7 +267,8 @@ func (d *Detector) redeliver(ctx context.Context, alerts []*alerting.Alert, now 
 	return queued, nil
 }
 
-// Run evaluates every group on its interval and delivers notifications until ctx ends.
+// Run evaluates every group on its interval, delivers notifications and keeps diagnose_hourly
+// up to date (DiagnoseWarmInterval) until ctx ends.
 func (d *Detector) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -273,6 +276,10 @@ func (d *Detector) Run(ctx context.Context) {
 	if d.alertmanagers != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); d.alertmanagers.Run(ctx) }()
+	}
+	if d.cfg.DiagnoseWarmInterval > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); d.warmDiagnose(ctx) }()
 	}
 	d.runGroups(ctx)
 	wg.Wait()
