@@ -95,15 +95,21 @@ func Run(ctx context.Context, conn driver.Conn, opts Options) (Report, error) {
 		return Report{}, fmt.Errorf("diagnose: baseline %s is empty or reversed", opts.Baseline)
 	}
 	rep := Report{Window: opts.Window, Baseline: opts.Baseline, Model: opts.Model}
+	// The window and the baseline are read at the same time (the baseline's reads write only
+	// the report's baseline fields).
 	var err error
-	if rep.Current, err = collect(ctx, conn, opts.Window, opts.Model); err != nil {
+	baseDone := make(chan error, 1)
+	go func() { baseDone <- rep.readBaseline(ctx, conn, opts) }()
+	rep.Current, err = collect(ctx, conn, opts.Window, opts.Model)
+	baseErr := <-baseDone
+	if err != nil {
 		return rep, fmt.Errorf("read window %s: %w", opts.Window, err)
 	}
 	if rep.Current.Empty() {
 		return rep, emptyWindow(ctx, conn, opts)
 	}
-	if err := rep.readBaseline(ctx, conn, opts); err != nil {
-		return rep, err
+	if baseErr != nil {
+		return rep, baseErr
 	}
 	rep.HasBaseline = !rep.Base.Empty()
 	rep.Rows = rows(&rep.Current, &rep.Base)

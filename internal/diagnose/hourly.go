@@ -186,7 +186,7 @@ func hourlyBaseline(ctx context.Context, conn driver.Conn, r Range, model string
 			return s, false, fmt.Sprintf("baseline read live: %v", err), nil
 		}
 	}
-	s, err = collectWith(ctx, conn, r, model, func(ctx context.Context, s *Stats) error { return s.readHourly(ctx, conn) })
+	s, err = collectWith(ctx, conn, r, model, func(s *Stats) []reader { return []reader{s.readHourly} })
 	return s, err == nil, "", err
 }
 
@@ -232,7 +232,8 @@ func (s *Stats) readHourly(ctx context.Context, conn driver.Conn) error {
 	if s.RetrievalN > 0 {
 		s.RetrievalTopP50 = quantileAt(scores, 0)
 	}
-	s.setScript(checked, violations, factor)
+	s.setScript(checked, violations)
+	s.scriptFactor = factor
 	for key, n := range versions {
 		kind, value, ok := strings.Cut(key, "\t")
 		if ok && n > 0 {

@@ -3,8 +3,10 @@ package diagnose
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -107,6 +109,9 @@ type Stats struct {
 	// range held over 100,000 requests, and they were counted on the requests whose
 	// xxh3(request_id) % SampleFactor is 0, times SampleFactor (migrations/000016). Absent: exact.
 	SampleFactor uint64 `json:"sample_factor,omitempty"`
+	// scriptFactor and versionsFactor are the sample factors of the script checks' and the
+	// versions' reads, noted into SampleFactor once every read is done (they run at once).
+	scriptFactor, versionsFactor uint64
 
 	// OOMLines and ExceptionLines count the engine log's out-of-memory and exception lines; the
 	// latest of them was at LastErrorTS on LastErrorEngine.
@@ -156,25 +161,37 @@ func params(ctx context.Context, r Range, model string) context.Context {
 
 // collect reads every quantity of the range from ClickHouse.
 func collect(ctx context.Context, conn driver.Conn, r Range, model string) (Stats, error) {
-	return collectWith(ctx, conn, r, model, func(ctx context.Context, s *Stats) error { return s.readRecords(ctx, conn) })
+	return collectWith(ctx, conn, r, model, func(s *Stats) []reader {
+		return []reader{s.readRequestsOrSpans, s.readStatus, s.readRetrieval, s.readScript, s.readVersions}
+	})
 }
 
-// collectWith reads the range's quantities with records filling the per-request ones (requests,
-// status codes, retrieval, output checks, versions) from params(ctx, r, model), then the engine's
-// samples, histograms (the means records left empty) and log lines.
-func collectWith(ctx context.Context, conn driver.Conn, r Range, model string, records func(context.Context, *Stats) error) (Stats, error) {
+// reader reads some of a range's quantities into the Stats it belongs to. The readers of one
+// collectWith run at once: each writes fields no other one writes.
+type reader func(ctx context.Context, conn driver.Conn) error
+
+// readConcurrency is how many of a range's reads run at once: most are short, so a few at once
+// keep ClickHouse's cores busy where one after the other leaves them waiting on round trips.
+const readConcurrency = 3
+
+// collectWith reads the range's quantities: records' readers fill the per-request ones (requests,
+// status codes, retrieval, output checks, versions) from params(ctx, r, model) at the same time
+// as the engine's samples and log lines are read, then the engine's histograms give the means
+// records left empty.
+func collectWith(ctx context.Context, conn driver.Conn, r Range, model string, records func(*Stats) []reader) (Stats, error) {
 	s := Stats{Sources: map[string]string{}}
 	pctx := params(ctx, r, model)
-	if err := records(pctx, &s); err != nil {
+	reads := append(records(&s), s.readSamples, s.readCrash)
+	fns := make([]func() error, len(reads))
+	for i, read := range reads {
+		fns[i] = func() error { return read(pctx, conn) }
+	}
+	if err := concurrently(readConcurrency, fns...); err != nil {
 		return s, err
 	}
+	s.noteSample(s.scriptFactor)
+	s.noteSample(s.versionsFactor)
 	if err := s.readHistograms(ctx, conn, r, model); err != nil {
-		return s, err
-	}
-	if err := s.readSamples(pctx, conn); err != nil {
-		return s, err
-	}
-	if err := s.readCrash(pctx, conn); err != nil {
 		return s, err
 	}
 	if s.Requests > 0 && r.Seconds() > 0 {
@@ -184,20 +201,30 @@ func collectWith(ctx context.Context, conn driver.Conn, r Range, model string, r
 	return s, nil
 }
 
-// readRecords reads the per-request quantities from the landing tables.
-func (s *Stats) readRecords(ctx context.Context, conn driver.Conn) error {
+// concurrently runs fns, at most limit at once, and returns their errors joined in fns' order.
+func concurrently(limit int, fns ...func() error) error {
+	errs := make([]error, len(fns))
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = fn()
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// readRequestsOrSpans reads the per-request quantities from the gateway's records, or from the
+// engine's spans alone when the range holds no gateway record.
+func (s *Stats) readRequestsOrSpans(ctx context.Context, conn driver.Conn) error {
 	if err := s.readRequests(ctx, conn); err != nil {
 		return err
 	}
 	if s.Requests == 0 {
-		if err := s.readSpans(ctx, conn); err != nil {
-			return err
-		}
-	}
-	for _, read := range []func(context.Context, driver.Conn) error{s.readStatus, s.readRetrieval, s.readScript, s.readVersions} {
-		if err := read(ctx, conn); err != nil {
-			return err
-		}
+		return s.readSpans(ctx, conn)
 	}
 	return nil
 }
@@ -396,14 +423,13 @@ func (s *Stats) readScript(ctx context.Context, conn driver.Conn) error {
 	if err := conn.QueryRow(ctx, query("script")).Scan(&checked, &violations, &factor); err != nil {
 		return fmt.Errorf("read output script checks from requests and app_records: %w", err)
 	}
-	s.setScript(checked, violations, factor)
+	s.setScript(checked, violations)
+	s.scriptFactor = factor
 	return nil
 }
 
-// setScript records the output script checks: checked answers, violations among them, both
-// scaled from a 1-in-factor sample.
-func (s *Stats) setScript(checked, violations, factor uint64) {
-	s.noteSample(factor)
+// setScript records the output script checks: checked answers and the violations among them.
+func (s *Stats) setScript(checked, violations uint64) {
 	s.ScriptChecked = checked
 	if checked > 0 {
 		f := float64(violations) / float64(checked)
@@ -430,7 +456,7 @@ func (s *Stats) readVersions(ctx context.Context, conn driver.Conn) error {
 		if err := rows.Scan(&kind, &value, &n, &factor); err != nil {
 			return fmt.Errorf("scan version: %w", err)
 		}
-		s.noteSample(factor)
+		s.versionsFactor = max(s.versionsFactor, factor)
 		s.addVersion(kind, value, n)
 	}
 	if err := rows.Err(); err != nil {
