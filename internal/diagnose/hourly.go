@@ -179,7 +179,11 @@ func hourlyBaseline(ctx context.Context, conn driver.Conn, r Range, model string
 	}
 	stale := staleHours(r, inputs, cached)
 	if len(stale) > maxInlineFills {
-		return s, false, fmt.Sprintf("baseline read live: %d of its %d hours are not in diagnose_hourly yet (the detector fills them, DETECTOR_DIAGNOSE_WARM_INTERVAL)", len(stale), len(hours(r))), nil
+		why := "the detector computes them, DETECTOR_DIAGNOSE_WARM_INTERVAL"
+		if model != "" {
+			why = "the detector computes the hours of all models together, not one model's"
+		}
+		return s, false, fmt.Sprintf("baseline read live: %d of its %d hours are not in diagnose_hourly yet (%s)", len(stale), len(hours(r)), why), nil
 	}
 	for _, h := range stale {
 		if err := fillHour(ctx, conn, h, model, inputs[h]); err != nil {

@@ -30,7 +30,9 @@ outputs, generation contention, retrieval drift or version change, wrong-languag
 crash. Each conclusion names its numbers and what they could not rule out.
 
 Times are RFC 3339 (2026-09-11T15:53:00Z) or "2006-01-02 15:04[:05]" in UTC. The baseline is the
---baseline period just before the window (default 24h).
+--baseline period just before the window (default 24h). A baseline of 6h or more holding 100,000
+requests or more is read as its whole hours (ending at the start of the window's hour) from
+diagnose_hourly, which the detector keeps computed; the report says so.
 Exit codes: 0 when it ran (with or without findings), 2 when the data could not be read or the
 window holds no record.`,
 		Args: cobra.NoArgs,
