@@ -209,9 +209,6 @@ func (s *Stats) readHourly(ctx context.Context, conn driver.Conn) error {
 		return fmt.Errorf("read the baseline's hours from diagnose_hourly: %w", err)
 	}
 	s.setStatusCodes(status)
-	for _, n := range s.StatusCodes {
-		s.Requests += n
-	}
 	mean := func(key string) *float64 {
 		w := sums[key+".w"]
 		if w <= 0 {

@@ -110,8 +110,9 @@ type Stats struct {
 	// xxh3(request_id) % SampleFactor is 0, times SampleFactor (migrations/000016). Absent: exact.
 	SampleFactor uint64 `json:"sample_factor,omitempty"`
 	// scriptFactor and versionsFactor are the sample factors of the script checks' and the
-	// versions' reads, noted into SampleFactor once every read is done (they run at once).
-	scriptFactor, versionsFactor uint64
+	// versions' reads, noted into SampleFactor once every read is done (they run at once);
+	// engineRequests is the engine's request count, Requests when no gateway record has one.
+	scriptFactor, versionsFactor, engineRequests uint64
 
 	// OOMLines and ExceptionLines count the engine log's out-of-memory and exception lines; the
 	// latest of them was at LastErrorTS on LastErrorEngine.
@@ -191,6 +192,13 @@ func collectWith(ctx context.Context, conn driver.Conn, r Range, model string, r
 	}
 	s.noteSample(s.scriptFactor)
 	s.noteSample(s.versionsFactor)
+	// The request count: the gateway's records by status code (exact), else the engine's.
+	for _, n := range s.StatusCodes {
+		s.Requests += n
+	}
+	if s.Requests == 0 {
+		s.Requests = s.engineRequests
+	}
 	if err := s.readHistograms(ctx, conn, r, model); err != nil {
 		return s, err
 	}
@@ -220,13 +228,11 @@ func concurrently(limit int, fns ...func() error) error {
 // readRequestsOrSpans reads the per-request quantities from the gateway's records, or from the
 // engine's spans alone when the range holds no gateway record.
 func (s *Stats) readRequestsOrSpans(ctx context.Context, conn driver.Conn) error {
-	if err := s.readRequests(ctx, conn); err != nil {
+	sampled, err := s.readRequests(ctx, conn)
+	if err != nil || sampled > 0 {
 		return err
 	}
-	if s.Requests == 0 {
-		return s.readSpans(ctx, conn)
-	}
-	return nil
+	return s.readSpans(ctx, conn)
 }
 
 // perRequest lists the pointers the requests and spans queries fill, in their column order after
@@ -259,18 +265,20 @@ func (s *Stats) markSources(dest []any, keys []string, source string) {
 	}
 }
 
-func (s *Stats) readRequests(ctx context.Context, conn driver.Conn) error {
+// readRequests reads the per-request quantities of the gateway's records; sampled is how many
+// rows they were computed from (0: the range holds no gateway record).
+func (s *Stats) readRequests(ctx context.Context, conn driver.Conn) (sampled uint64, err error) {
 	dest, keys := s.perRequest(true)
-	if err := conn.QueryRow(ctx, query("requests")).Scan(append([]any{&s.Requests}, dest...)...); err != nil {
-		return fmt.Errorf("read request quantities from requests and engine_requests: %w", err)
+	if err := conn.QueryRow(ctx, query("requests")).Scan(append([]any{&sampled}, dest...)...); err != nil {
+		return 0, fmt.Errorf("read request quantities from requests and engine_requests: %w", err)
 	}
 	s.markSources(dest, keys, SourceRequests)
-	return nil
+	return sampled, nil
 }
 
 func (s *Stats) readSpans(ctx context.Context, conn driver.Conn) error {
 	dest, keys := s.perRequest(false)
-	if err := conn.QueryRow(ctx, query("spans")).Scan(append([]any{&s.Requests}, dest...)...); err != nil {
+	if err := conn.QueryRow(ctx, query("spans")).Scan(append([]any{&s.engineRequests}, dest...)...); err != nil {
 		return fmt.Errorf("read request quantities from engine_requests: %w", err)
 	}
 	s.markSources(dest, keys, SourceSpans)

@@ -144,7 +144,7 @@ CROSS JOIN
     SELECT CAST((groupArray(key), groupArray(n)), 'Map(String, UInt64)') AS versions, any(sample_m) AS m
     FROM
     (
-        SELECT concat(kv.1, '\t', kv.2) AS key, toUInt64(uniqExact(request_id) * sample_m) AS n
+        SELECT concat(kv.1, '\t', kv.2) AS key, toUInt64(uniqExact(xxh3(request_id)) * sample_m) AS n
         FROM
         (
             SELECT request_id,

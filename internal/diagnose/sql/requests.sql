@@ -12,13 +12,11 @@
 -- for sample_factor requests, so means and shares are weighted by it. Quantiles are of the sample
 -- (ClickHouse's reservoir quantile takes no weights): on one server every row of a range has the
 -- same weight, and on shards the rows are split by request_id, so each shard's sample is a
--- uniform one of the same population. The count is exact: it reads requests alone, which costs a
--- scan of the range's keys, not a join. Below the bound every figure is over every request.
+-- uniform one of the same population. Below the bound every figure is over every request.
+-- sampled is the sample's row count (0: no gateway record, read the spans); the exact request
+-- count is status.sql's total, which reads requests alone.
 SELECT
-    (SELECT count() FROM requests FINAL
-     WHERE arrival_ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
-       AND arrival_ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')
-       AND ({model:String} = '' OR model = {model:String}))               AS requests,
+    count()                                                                   AS sampled,
     avgWeightedOrNull(prompt_tokens, w)                                       AS prompt_tokens_mean,
     avgWeightedOrNull(completion_tokens, w)                                   AS completion_tokens_mean,
     sumIf(cached_tokens * w, cached_tokens IS NOT NULL AND prompt_tokens IS NOT NULL)
