@@ -1,9 +1,8 @@
 -- One hour of the baseline into diagnose_hourly (migrations/000017): the partial aggregates of
 -- requests.sql, status.sql, retrieval.sql, script.sql and versions.sql over [from, to) (one whole
--- hour) under one model filter, in mergeable form. Each part reads what its live query reads,
--- filtered and sampled the same way (request_timings_sampled and the sample_m of script.sql and
--- versions.sql give an hour of up to 100,000 requests exactly). Means and shares become sums of
--- value × weight and of weight, quantiles weighted t-digest states.
+-- hour) under one model filter, in mergeable form, from the same rows (the *_rows.sql files and
+-- status.sql, included): an hour of up to 100,000 requests is read whole. Means and shares become
+-- sums of value × weight and of weight, quantiles weighted t-digest states.
 INSERT INTO diagnose_hourly (hour, model, requests_rows, spans_rows, app_rows, status_counts, sums, queue_s_q, ttft_s_q,
                              tpot_s_q, e2e_s_q, retrieval_n, retrieval_top_score_q, script_checked,
                              script_violations, versions, sample_factor)
@@ -24,7 +23,7 @@ SELECT
     sc.checked,
     sc.violations,
     v.versions,
-    greatest(t.m, sc.m, v.m)
+    greatest(t.factor, sc.factor, v.factor)
 FROM
 (
     -- requests.sql's per-request rows.
@@ -55,119 +54,35 @@ FROM
         quantilesTDigestWeightedStateIf(0.5, 0.95)(ifNull(ttft_s, 0), toUInt64(w), ttft_s IS NOT NULL)   AS ttft_s_q,
         quantilesTDigestWeightedStateIf(0.5, 0.95)(ifNull(tpot_s, 0), toUInt64(w), tpot_s IS NOT NULL)   AS tpot_s_q,
         quantilesTDigestWeightedStateIf(0.5, 0.95)(ifNull(e2e_s, 0), toUInt64(w), e2e_s IS NOT NULL)     AS e2e_s_q,
-        toUInt64(max(w))                                                                   AS m
-    FROM
-    (
-        SELECT
-            t.prompt_tokens                                       AS prompt_tokens,
-            t.completion_tokens                                   AS completion_tokens,
-            t.cached_tokens                                       AS cached_tokens,
-            t.queue_s                                             AS queue_s,
-            t.prefill_s                                           AS prefill_s,
-            t.ttft_s                                              AS ttft_s,
-            coalesce(t.tpot_s, t.engine_itl_s, t.engine_tpot_s)   AS tpot_s,
-            t.decode_s                                            AS decode_s,
-            coalesce(t.e2e_s, t.engine_e2e_s)                     AS e2e_s,
-            t.finish_reason                                       AS finish_reason,
-            t.max_tokens                                          AS max_tokens,
-            t.sample_factor                                       AS w
-        FROM request_timings_sampled(from = fromUnixTimestamp64Micro({from_us:Int64}, 'UTC'),
-                                     to = fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')) AS t
-        WHERE {model:String} = '' OR t.model = {model:String}
-    )
+        toUInt64(max(w))                                                                   AS factor
+    FROM ({{template "timing_rows.sql"}})
 ) AS t
 CROSS JOIN
 (
-    -- status.sql, whose total is requests.sql's exact count.
+    -- status.sql: requests by status code, whose total is the request count.
     SELECT CAST((groupArray(status_code), groupArray(n)), 'Map(UInt16, UInt64)') AS status_counts
-    FROM
-    (
-        SELECT status_code, count() AS n
-        FROM requests FINAL
-        WHERE arrival_ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
-          AND arrival_ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')
-          AND ({model:String} = '' OR model = {model:String})
-        GROUP BY status_code
-    )
+    FROM ({{template "status.sql"}})
 ) AS st
 CROSS JOIN
 (
     -- retrieval.sql.
     SELECT count() AS n, quantilesTDigestWeightedState(0.5, 0.95)(assumeNotNull(retrieval_top_score), toUInt64(1)) AS top_q
-    FROM app_records FINAL
-    WHERE ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
-      AND ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')
-      AND retrieval_top_score IS NOT NULL
-      AND ({model:String} = '' OR model = {model:String} OR model = '')
+    FROM ({{template "retrieval_rows.sql"}})
 ) AS rt
 CROSS JOIN
 (
     -- script.sql.
-    WITH
-        coalesce((SELECT count() FROM requests
-                  WHERE arrival_ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
-                    AND arrival_ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')), 0) AS arrived,
-        toUInt64(if(arrived < 100000, 1, intExp2(toUInt8(log2(arrived / 50000))))) AS sample_m
-    SELECT toUInt64(count() * sample_m) AS checked, toUInt64(countIf(violation) * sample_m) AS violations, toUInt64(sample_m) AS m
-    FROM
-    (
-        SELECT request_id, max(v) AS violation
-        FROM
-        (
-            SELECT request_id, assumeNotNull(output_script_violation) AS v
-            FROM requests FINAL
-            PREWHERE xxh3(request_id) % sample_m = 0
-            WHERE arrival_ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
-              AND arrival_ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')
-              AND output_script_violation IS NOT NULL
-              AND ({model:String} = '' OR model = {model:String})
-            UNION ALL
-            SELECT request_id, assumeNotNull(output_script_violation) AS v
-            FROM app_records FINAL
-            PREWHERE xxh3(request_id) % sample_m = 0
-            WHERE ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
-              AND ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')
-              AND output_script_violation IS NOT NULL
-              AND ({model:String} = '' OR model = {model:String} OR model = '')
-        )
-        GROUP BY request_id
-    )
+    SELECT toUInt64(count() * any(m)) AS checked, toUInt64(countIf(violation) * any(m)) AS violations, toUInt64(any(m)) AS factor
+    FROM ({{template "script_rows.sql"}})
 ) AS sc
 CROSS JOIN
 (
     -- versions.sql.
-    WITH
-        coalesce((SELECT count() FROM requests
-                  WHERE arrival_ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
-                    AND arrival_ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')), 0) AS arrived,
-        toUInt64(if(arrived < 100000, 1, intExp2(toUInt8(log2(arrived / 50000))))) AS sample_m
-    SELECT CAST((groupArray(key), groupArray(n)), 'Map(String, UInt64)') AS versions, any(sample_m) AS m
+    SELECT CAST((groupArray(key), groupArray(n)), 'Map(String, UInt64)') AS versions, toUInt64(any(key_m)) AS factor
     FROM
     (
-        SELECT concat(kv.1, '\t', kv.2) AS key, toUInt64(uniqExact(xxh3(request_id)) * sample_m) AS n
-        FROM
-        (
-            SELECT request_id,
-                   arrayJoin([('model', toString(model)), ('embedding_model_version', toString(embedding_model_version)),
-                              ('index_version', toString(index_version)), ('prompt_version', toString(prompt_version)),
-                              ('config_version', toString(config_version))]) AS kv
-            FROM requests FINAL
-            PREWHERE xxh3(request_id) % sample_m = 0
-            WHERE arrival_ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
-              AND arrival_ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')
-              AND ({model:String} = '' OR model = {model:String})
-            UNION ALL
-            SELECT request_id,
-                   arrayJoin([('model', toString(model)), ('embedding_model_version', toString(embedding_model_version)),
-                              ('index_version', toString(index_version)), ('prompt_version', toString(prompt_version)),
-                              ('config_version', toString(config_version))]) AS kv
-            FROM app_records FINAL
-            PREWHERE xxh3(request_id) % sample_m = 0
-            WHERE ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
-              AND ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')
-              AND ({model:String} = '' OR model = {model:String} OR model = '')
-        )
-        WHERE kv.2 != ''
+        SELECT concat(kind, '\t', value) AS key, toUInt64(uniqExact(rid) * any(m)) AS n, any(m) AS key_m
+        FROM ({{template "versions_rows.sql"}})
         GROUP BY key
     )
 ) AS v
