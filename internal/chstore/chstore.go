@@ -5,6 +5,7 @@ package chstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -54,3 +55,12 @@ func EnsureDatabase(ctx context.Context, cfg config.ClickHouse) error {
 func WithParams(ctx context.Context, params map[string]string) context.Context {
 	return clickhouse.Context(ctx, clickhouse.WithParameters(clickhouse.Parameters(params)))
 }
+
+// StringParam is v as the value of a String query parameter ({name:String}): ClickHouse reads
+// such a value in its Escaped text format, so a backslash is doubled (else "a\b" reads as a,
+// backspace and b, and "\x" fails with code 25) and tabs and line breaks are escaped (a raw tab
+// ends the value, code 457). Values of other types (numbers, times, Array literals, which have
+// their own quoting) are passed as they are.
+func StringParam(v string) string { return stringParamEscaper.Replace(v) }
+
+var stringParamEscaper = strings.NewReplacer(`\`, `\\`, "\t", `\t`, "\n", `\n`, "\r", `\r`)

@@ -374,7 +374,7 @@ func wrongLanguage(cur, base *Stats, hasBase bool) Branch {
 		br.Conclusion = "no output script checks were recorded (output_script_violation)"
 		return br
 	}
-	br.Evidence = append(br.Evidence, fmt.Sprintf("answers with letters outside the allowed scripts %s (%s checked)", vs(s, base.WrongScriptShare, pctPtr), countText(cur.ScriptChecked, cur.SampleFactor)))
+	br.Evidence = append(br.Evidence, fmt.Sprintf("answers with letters outside the allowed scripts %s (%s checked)", vs(s, base.WrongScriptShare, pctPtr), countText(cur.ScriptChecked, cur.estimated())))
 	up := *s >= WrongScriptMinShare
 	if hasBase && base.WrongScriptShare != nil {
 		up = up && *s >= 2**base.WrongScriptShare+WrongScriptMinRise

@@ -140,7 +140,7 @@ func Run(ctx context.Context, conn driver.Conn, opts Options) (Report, error) {
 func (rep *Report) readBaseline(ctx context.Context, conn driver.Conn, opts Options) error {
 	if opts.Baseline.Seconds() >= HourlyMinSpan.Seconds() {
 		r := WholeHours(opts.Baseline)
-		s, ok, note, err := hourlyBaseline(ctx, conn, r, opts.Model)
+		s, ok, note, err := hourlyBaseline(ctx, conn, r, opts.Model, time.Now())
 		if err != nil {
 			return fmt.Errorf("read baseline %s: %w", r, err)
 		}

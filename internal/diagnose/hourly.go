@@ -2,12 +2,14 @@ package diagnose
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"strings"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/servescope/servescope/internal/chstore"
@@ -145,7 +147,7 @@ func fillHour(ctx context.Context, conn driver.Conn, h time.Time, model string, 
 	ctx = chstore.WithParams(ctx, map[string]string{
 		"from_us":       fmt.Sprint(h.UnixMicro()),
 		"to_us":         fmt.Sprint(h.Add(time.Hour).UnixMicro()),
-		"model":         model,
+		"model":         chstore.StringParam(model),
 		"requests_rows": fmt.Sprint(in.requests),
 		"spans_rows":    fmt.Sprint(in.spans),
 		"app_rows":      fmt.Sprint(in.app),
@@ -161,7 +163,7 @@ func fillHour(ctx context.Context, conn driver.Conn, h time.Time, model string, 
 // the user should hear it, when the baseline is better read live: too small, too many hours to
 // compute, or diagnose_hourly unreadable or unwritable (a schema before migrations/000017, a
 // read-only user).
-func hourlyBaseline(ctx context.Context, conn driver.Conn, r Range, model string) (s Stats, ok bool, note string, err error) {
+func hourlyBaseline(ctx context.Context, conn driver.Conn, r Range, model string, now time.Time) (s Stats, ok bool, note string, err error) {
 	inputs, err := readInputs(ctx, conn, r)
 	if err != nil {
 		return s, false, "", nil // the live read names what is unreadable
@@ -175,19 +177,23 @@ func hourlyBaseline(ctx context.Context, conn driver.Conn, r Range, model string
 	}
 	cached, err := readCached(ctx, conn, r, model)
 	if err != nil {
-		return s, false, fmt.Sprintf("baseline read live: %v (servescope migrate creates the table)", err), nil
+		return s, false, "baseline read live: " + HourlyError(err), nil
 	}
 	stale := staleHours(r, inputs, cached)
 	if len(stale) > maxInlineFills {
+		kept := WarmRange(now, DefaultWarmBaseline)
 		why := "the detector computes them, DETECTOR_DIAGNOSE_WARM_INTERVAL"
-		if model != "" {
-			why = "the detector computes the hours of all models together, not one model's"
+		switch {
+		case model != "":
+			why = "the detector computes the hours of all models together, not one model's: a --model baseline is read live"
+		case stale[0].Before(kept.From):
+			why = fmt.Sprintf("the detector keeps the last %d hours only, from %s: an older baseline is read live", len(hours(kept)), kept.From.Format(time.RFC3339))
 		}
-		return s, false, fmt.Sprintf("baseline read live: %d of its %d hours are not in diagnose_hourly yet (%s)", len(stale), len(hours(r)), why), nil
+		return s, false, fmt.Sprintf("baseline read live: %d of its %d hours are not in diagnose_hourly (%s)", len(stale), len(hours(r)), why), nil
 	}
 	for _, h := range stale {
 		if err := fillHour(ctx, conn, h, model, inputs[h]); err != nil {
-			return s, false, fmt.Sprintf("baseline read live: %v", err), nil
+			return s, false, "baseline read live: " + HourlyError(err), nil
 		}
 	}
 	s, err = collectWith(ctx, conn, r, model, func(s *Stats) []reader { return []reader{s.readHourly} })
@@ -235,6 +241,7 @@ func (s *Stats) readHourly(ctx context.Context, conn driver.Conn) error {
 	}
 	s.setScript(checked, violations)
 	s.scriptFactor = factor
+	s.CountsByHour = true
 	for key, n := range versions {
 		kind, value, ok := strings.Cut(key, "\t")
 		if ok && n > 0 {
@@ -256,9 +263,33 @@ func quantileAt(q []float32, i int) *float64 {
 // warmLag is how long after an hour's end Warm first computes it.
 const warmLag = 5 * time.Minute
 
-// DefaultWarmBaseline is the baseline Warm keeps in diagnose_hourly: `servescope diagnose
-// --since D`'s default one, for any D up to an hour.
-const DefaultWarmBaseline = DefaultBaseline + time.Hour
+// DefaultWarmBaseline is how far back Warm keeps diagnose_hourly: the default 24 h baseline of
+// any window of up to 24 h ending now (`servescope diagnose --since D`, the console's ranges up
+// to 24h), whole hours.
+const DefaultWarmBaseline = 2*DefaultBaseline + time.Hour
+
+// WarmRange is the whole hours Warm keeps at now for span.
+func WarmRange(now time.Time, span time.Duration) Range {
+	return WholeHours(Range{From: now.Add(-warmLag - span), To: now.Add(-warmLag)})
+}
+
+// HourlyError says what failed on diagnose_hourly in a line: the two expected causes (a schema
+// before migrations/000017, an account that may not write it) in words, others as ClickHouse
+// gave them, without the statement.
+func HourlyError(err error) string {
+	var ex *clickhouse.Exception
+	if errors.As(err, &ex) {
+		switch ex.Code {
+		case 60: // UNKNOWN_TABLE
+			return "the table diagnose_hourly does not exist (servescope migrate up creates it)"
+		case 497: // ACCESS_DENIED
+			return "this ClickHouse account may not write diagnose_hourly (the detector's account may: after upgrading, run servescope access apply again)"
+		}
+		msg, _, _ := strings.Cut(ex.Message, " In scope ")
+		return fmt.Sprintf("diagnose_hourly: code %d: %s", ex.Code, msg)
+	}
+	return err.Error()
+}
 
 // Warm computes into diagnose_hourly every hour of the span before now that is missing or
 // outdated, for all models, when those hours hold HourlyMinRequests requests or more (below,
@@ -266,7 +297,7 @@ const DefaultWarmBaseline = DefaultBaseline + time.Hour
 // its baseline's hours ready. The newest hour is left until warmLag after it ends, when the
 // rows of its longest streams have landed. It returns how many hours it computed.
 func Warm(ctx context.Context, conn driver.Conn, now time.Time, span time.Duration, log *slog.Logger) (int, error) {
-	r := WholeHours(Range{From: now.Add(-warmLag - span), To: now.Add(-warmLag)})
+	r := WarmRange(now, span)
 	inputs, err := readInputs(ctx, conn, r)
 	if err != nil {
 		return 0, err

@@ -1,11 +1,15 @@
 package diagnose_test
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
 
 	"github.com/servescope/servescope/dev/testclock"
 	"github.com/servescope/servescope/internal/diagnose"
@@ -55,7 +59,7 @@ func TestHourlyBaseline(t *testing.T) {
 	}
 
 	rep := run()
-	if rep.BaselineSource != diagnose.BaselineLive || len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "6 of its 6 hours are not in diagnose_hourly") {
+	if rep.BaselineSource != diagnose.BaselineLive || len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "6 of its 6 hours are not in diagnose_hourly (the detector") {
 		t.Fatalf("with no hour computed: baseline %q, notes %q; want it read live, saying 6 of 6 hours are missing", rep.BaselineSource, rep.Notes)
 	}
 	live := rep.Base
@@ -102,8 +106,9 @@ func TestHourlyBaseline(t *testing.T) {
 	if err := rep.WriteText(&out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "(whole hours, from diagnose_hourly)") {
-		t.Errorf("the text does not say where the baseline came from:\n%s", out.String())
+	if !strings.Contains(out.String(), "(whole hours, from diagnose_hourly)") || !s.CountsByHour ||
+		!strings.Contains(out.String(), "baseline m (≈120000)") || !strings.Contains(out.String(), "≈: the baseline's counts are summed over its hours") {
+		t.Errorf("the text does not say where the baseline came from, or does not mark its counts summed by hour (counts_by_hour %v):\n%s", s.CountsByHour, out.String())
 	}
 
 	// 1,000 requests land in the third hour: Run computes that hour again itself.
@@ -135,6 +140,26 @@ func TestWholeHours(t *testing.T) {
 		got := diagnose.WholeHours(diagnose.Range{From: at(tc.from), To: at(tc.to)})
 		if want := (diagnose.Range{From: at(tc.want0), To: at(tc.want1)}); got != want {
 			t.Errorf("WholeHours(%s → %s) = %s, want %s", tc.from, tc.to, got, want)
+		}
+	}
+}
+
+func TestHourlyErrorSaysWhatToDo(t *testing.T) {
+	wrap := func(code int32, msg string) error {
+		return fmt.Errorf("compute the hour 2026-12-02T07:00:00Z into diagnose_hourly: %w", &clickhouse.Exception{Code: code, Message: msg})
+	}
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{wrap(60, "Unknown table expression identifier 'diagnose_hourly' In scope SELECT hour FROM diagnose_hourly"), "does not exist (servescope migrate up creates it)"},
+		{wrap(497, "servescope_console: Not enough privileges. To execute this query, it's necessary to have the grant INSERT(hour, model) ON servescope.diagnose_hourly"), "may not write diagnose_hourly"},
+		{wrap(241, "Memory limit exceeded In scope SELECT a very long statement"), "diagnose_hourly: code 241: Memory limit exceeded"},
+		{errors.New("dial tcp: connection refused"), "dial tcp: connection refused"},
+	} {
+		got := diagnose.HourlyError(tc.err)
+		if !strings.Contains(got, tc.want) || strings.Contains(got, "In scope") {
+			t.Errorf("HourlyError(%v) = %q, want it to contain %q and no statement", tc.err, got, tc.want)
 		}
 	}
 }

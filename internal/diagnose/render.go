@@ -50,10 +50,13 @@ func (r *Report) WriteText(w io.Writer) error {
 		if len(cur) == 0 && len(base) == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "%s: window %s; baseline %s\n", kind, versionsText(cur, r.Current.SampleFactor), versionsText(base, r.Base.SampleFactor))
+		fmt.Fprintf(&b, "%s: window %s; baseline %s\n", kind, versionsText(cur, r.Current.estimated()), versionsText(base, r.Base.estimated()))
 	}
 	if f := max(r.Current.SampleFactor, r.Base.SampleFactor); f > 1 {
 		fmt.Fprintf(&b, "≈: estimated from the requests with xxh3(request_id) %% %d = 0 (a range of over 100,000 requests is sampled)\n", f)
+	}
+	if r.Base.CountsByHour && (len(r.Base.Versions) > 0 || r.Base.ScriptChecked > 0) {
+		b.WriteString("≈: the baseline's counts are summed over its hours (a request with records in two hours counts in each)\n")
 	}
 	b.WriteString("\n")
 	for _, br := range r.Branches {
@@ -95,20 +98,23 @@ func codesText(m map[uint16]uint64) string {
 	return strings.Join(parts, " ")
 }
 
-func versionsText(m map[string]uint64, sampleFactor uint64) string {
+// estimated reports whether the counts read from records (versions, script checks) are estimates.
+func (s *Stats) estimated() bool { return s.SampleFactor > 1 || s.CountsByHour }
+
+func versionsText(m map[string]uint64, estimated bool) string {
 	if len(m) == 0 {
 		return "-"
 	}
 	var parts []string
 	for _, v := range sortedValues(m) {
-		parts = append(parts, fmt.Sprintf("%s (%s)", v, countText(m[v], sampleFactor)))
+		parts = append(parts, fmt.Sprintf("%s (%s)", v, countText(m[v], estimated)))
 	}
 	return strings.Join(parts, ", ")
 }
 
-// countText prints n, marked "≈" when it was scaled from a 1-in-sampleFactor sample.
-func countText(n, sampleFactor uint64) string {
-	if sampleFactor > 1 {
+// countText prints n, marked "≈" when it is an estimate.
+func countText(n uint64, estimated bool) string {
+	if estimated {
 		return fmt.Sprintf("≈%d", n)
 	}
 	return fmt.Sprintf("%d", n)

@@ -116,6 +116,11 @@ type Stats struct {
 	// range held over 100,000 requests, and they were counted on the requests whose
 	// xxh3(request_id) % SampleFactor is 0, times SampleFactor (migrations/000016). Absent: exact.
 	SampleFactor uint64 `json:"sample_factor,omitempty"`
+	// CountsByHour, when true, says ScriptChecked and the Versions counts are sums of each hour's
+	// distinct requests (a baseline merged from diagnose_hourly): a request with records in two
+	// hours (its application record a second after the hour it arrived in) counts in each, a few
+	// in 10,000 more than the range's distinct requests.
+	CountsByHour bool `json:"counts_by_hour,omitempty"`
 	// scriptFactor and versionsFactor are the sample factors of the script checks' and the
 	// versions' reads, noted into SampleFactor once every read is done (they run at once);
 	// engineRequests is the engine's request count, Requests when no gateway record has one.
@@ -163,7 +168,7 @@ func params(ctx context.Context, r Range, model string) context.Context {
 	return chstore.WithParams(ctx, map[string]string{
 		"from_us": fmt.Sprint(r.From.UnixMicro()),
 		"to_us":   fmt.Sprint(r.To.UnixMicro()),
-		"model":   model,
+		"model":   chstore.StringParam(model),
 	})
 }
 
@@ -312,7 +317,7 @@ func (s *Stats) readHistograms(ctx context.Context, conn driver.Conn, r Range, m
 	ctx = chstore.WithParams(ctx, map[string]string{
 		"from_us": fmt.Sprint(r.From.UnixMicro()),
 		"to_us":   fmt.Sprint(r.To.UnixMicro()),
-		"model":   model,
+		"model":   chstore.StringParam(model),
 		"names":   arrayParam(names),
 	})
 	rows, err := conn.Query(ctx, query("histograms"))

@@ -56,6 +56,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/services/detector/rules"
 )
 
@@ -528,7 +529,7 @@ func (p *Panel) Params(r Request) map[string]string {
 		"step_s": strconv.FormatInt(step, 10),
 	}
 	for _, f := range Filters {
-		out["f_"+f] = r.Filters[f]
+		out["f_"+f] = chstore.StringParam(r.Filters[f])
 	}
 	if p.RuleDef != nil {
 		keys := make([]string, 0, len(p.RuleDef.Params))

@@ -48,7 +48,7 @@ func Load(ctx context.Context, conn driver.Conn, engine string, at time.Time) ([
 	}
 	var end time.Time
 	var dead string
-	err := conn.QueryRow(chstore.WithParams(ctx, map[string]string{"engine": engine, "at_us": strconv.FormatInt(atUS, 10)}),
+	err := conn.QueryRow(chstore.WithParams(ctx, map[string]string{"engine": chstore.StringParam(engine), "at_us": strconv.FormatInt(atUS, 10)}),
 		query("death")).Scan(&dead, &end)
 	switch {
 	case err == nil:
@@ -57,7 +57,7 @@ func Load(ctx context.Context, conn driver.Conn, engine string, at time.Time) ([
 		var total uint64
 		var latestEngine string
 		var latest time.Time
-		if err := conn.QueryRow(chstore.WithParams(ctx, map[string]string{"engine": engine}), query("latest")).Scan(&total, &latestEngine, &latest); err != nil {
+		if err := conn.QueryRow(chstore.WithParams(ctx, map[string]string{"engine": chstore.StringParam(engine)}), query("latest")).Scan(&total, &latestEngine, &latest); err != nil {
 			return nil, "", fmt.Errorf("read the latest line of engine_logs: %w", err)
 		}
 		if total == 0 {

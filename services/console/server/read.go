@@ -327,7 +327,7 @@ WHERE ts >= {from:DateTime64(6, 'UTC')} AND ts <= {to:DateTime64(6, 'UTC')}
   AND state IN ('pending', 'firing', 'resolved')
 ORDER BY ts DESC
 LIMIT {limit:UInt32}`
-	ctx = chstore.WithParams(ctx, map[string]string{"from": chTime(from), "to": chTime(to), "rule": rule, "limit": fmt.Sprint(limit)})
+	ctx = chstore.WithParams(ctx, map[string]string{"from": chTime(from), "to": chTime(to), "rule": chstore.StringParam(rule), "limit": fmt.Sprint(limit)})
 	return scanAlerts(ctx, conn, q)
 }
 
@@ -480,7 +480,7 @@ WHERE arrival_ts >= {from:DateTime64(6, 'UTC')} AND arrival_ts < {to:DateTime64(
   AND ({model:String} = '' OR model = {model:String}) AND ` + orderBy + ` IS NOT NULL
 ORDER BY ` + orderBy + ` DESC
 LIMIT {limit:UInt32}`
-	ctx = chstore.WithParams(ctx, map[string]string{"from": chTime(from), "to": chTime(to), "model": model, "limit": fmt.Sprint(limit)})
+	ctx = chstore.WithParams(ctx, map[string]string{"from": chTime(from), "to": chTime(to), "model": chstore.StringParam(model), "limit": fmt.Sprint(limit)})
 	rows, err := conn.Query(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("read the slowest requests: %w", err)

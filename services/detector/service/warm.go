@@ -48,7 +48,7 @@ func (d *Detector) warmDiagnose(ctx context.Context) {
 			return
 		case err != nil:
 			d.warm.failures.Inc()
-			d.log.Warn("diagnose_hourly not brought up to date; diagnose computes or reads its baseline itself", "hours_computed", n, "err", err)
+			d.log.Warn("diagnose_hourly not brought up to date; diagnose computes or reads its baseline itself", "hours_computed", n, "err", diagnose.HourlyError(err))
 		default:
 			d.warm.lastSuccess.SetToCurrentTime()
 			if n > 0 {
