@@ -79,12 +79,12 @@ func TestCommandLines(t *testing.T) {
 	node := nodes[1].Spec()
 	for _, tc := range []struct{ got, want string }{
 		{strings.Join(append([]string{n.Path}, n.Args...), " "),
-			"/c/bin/nats-server --addr 127.0.0.1 --port 4222 --http_port 8222 --jetstream --store_dir /c/nats/data --server_name servescope-dev"},
+			"/c/bin/nats-server -c /c/nats/data/servescope-nats.conf --addr 127.0.0.1 --port 4222 --http_port 8222 --jetstream --store_dir /c/nats/data --server_name servescope-dev"},
 		{strings.Join(append([]string{ch.Path}, ch.Args...), " "),
 			"/c/bin/chlaunch --lib /c/chdb/node_modules/@chdb/lib-linux-x64-gnu/libchdb.so --path /c/clickhouse/data --tcp-port 9000 --http-port 8123 --listen-host 127.0.0.1 --config /c/clickhouse/config.xml --log-level information"},
 		{n.PidFile + " " + n.Log, "/c/nats/nats-server.pid /c/nats/nats-server.log"},
 		{strings.Join(append([]string{node.Path}, node.Args...), " "),
-			"/c/bin/nats-server --addr 127.0.0.1 --port 4232 --http_port 8232 --jetstream --store_dir /c/nats-cluster/nats-2/data --server_name servescope-dev-2" +
+			"/c/bin/nats-server -c /c/nats-cluster/nats-2/data/servescope-nats.conf --addr 127.0.0.1 --port 4232 --http_port 8232 --jetstream --store_dir /c/nats-cluster/nats-2/data --server_name servescope-dev-2" +
 				" --cluster nats://127.0.0.1:6232 --cluster_name servescope-dev-cluster --routes nats://127.0.0.1:6231,nats://127.0.0.1:6233"},
 		{node.PidFile, "/c/nats-cluster/nats-2/nats-server.pid"},
 		{ch.PidFile + " " + ch.Log, "/c/clickhouse/clickhouse.pid /c/clickhouse/clickhouse.log"},

@@ -26,9 +26,16 @@ type NATS struct {
 	// ServerName is the server's name (nats-server makes one up when empty).
 	ServerName string
 	// MaxPayloadBytes raises the largest message the server accepts (its default, 1 MiB, when 0).
-	// nats-server has no flag for it, so it goes into ConfigFile, which is then required.
 	MaxPayloadBytes int
-	ConfigFile      string
+	// MaxFileStoreBytes is JetStream's file storage budget, which every stream's max_bytes is
+	// reserved against when the stream is made (1 TiB when 0). A development or test server's
+	// streams hold little: nats-server's own default, 75% of the disk free when it starts, refused
+	// the suite's parallel tests their streams (err 10047, "insufficient storage resources") on a
+	// machine with 14 GB free.
+	MaxFileStoreBytes int64
+	// ConfigFile is where the settings nats-server takes no flag for (the two above) are written
+	// (StoreDir/servescope-nats.conf when empty).
+	ConfigFile string
 
 	// ClusterPort, when set, makes the server a node of the cluster ClusterName: it takes routes
 	// from the other nodes on 127.0.0.1:<ClusterPort> and solicits Routes (their cluster URLs,
@@ -64,10 +71,7 @@ func (n NATS) Healthy(ctx context.Context) error {
 
 // Args are nats-server's arguments.
 func (n NATS) Args() []string {
-	var args []string
-	if n.MaxPayloadBytes > 0 {
-		args = append(args, "-c", n.ConfigFile)
-	}
+	args := []string{"-c", n.configFile()}
 	args = append(args,
 		"--addr", "127.0.0.1",
 		"--port", strconv.Itoa(n.Port),
@@ -127,15 +131,13 @@ func (n NATS) check() error {
 		return errors.New("servers: NATS needs Bin, StoreDir and Log")
 	case n.Port <= 0 || n.MonitorPort <= 0:
 		return fmt.Errorf("servers: NATS ports %d and %d: want both set", n.Port, n.MonitorPort)
-	case n.MaxPayloadBytes > 0 && n.ConfigFile == "":
-		return errors.New("servers: NATS.MaxPayloadBytes needs ConfigFile")
 	case n.ClusterPort > 0 && (n.ServerName == "" || n.ClusterName == ""):
 		return errors.New("servers: a NATS cluster node needs ServerName and ClusterName")
 	}
 	return nil
 }
 
-// Prepare creates the store directory and writes the config file when one is needed.
+// Prepare creates the store directory and writes the config file.
 func (n NATS) Prepare() error {
 	if err := n.check(); err != nil {
 		return err
@@ -143,16 +145,29 @@ func (n NATS) Prepare() error {
 	if err := os.MkdirAll(n.StoreDir, 0o755); err != nil {
 		return fmt.Errorf("create the NATS store: %w", err)
 	}
+	if err := os.MkdirAll(filepath.Dir(n.configFile()), 0o755); err != nil {
+		return fmt.Errorf("create the NATS config directory: %w", err)
+	}
+	conf := "# Written by servescope's dev/servers; edits are overwritten.\n"
 	if n.MaxPayloadBytes > 0 {
-		if err := os.MkdirAll(filepath.Dir(n.ConfigFile), 0o755); err != nil {
-			return fmt.Errorf("create the NATS config directory: %w", err)
-		}
-		conf := fmt.Sprintf("# Written by servescope's dev/servers; edits are overwritten.\nmax_payload: %d\n", n.MaxPayloadBytes)
-		if err := os.WriteFile(n.ConfigFile, []byte(conf), 0o644); err != nil {
-			return fmt.Errorf("write the NATS config: %w", err)
-		}
+		conf += fmt.Sprintf("max_payload: %d\n", n.MaxPayloadBytes)
+	}
+	store := n.MaxFileStoreBytes
+	if store <= 0 {
+		store = 1 << 40
+	}
+	conf += fmt.Sprintf("jetstream {\n  max_file_store: %d\n}\n", store)
+	if err := os.WriteFile(n.configFile(), []byte(conf), 0o644); err != nil {
+		return fmt.Errorf("write the NATS config: %w", err)
 	}
 	return nil
+}
+
+func (n NATS) configFile() string {
+	if n.ConfigFile != "" {
+		return n.ConfigFile
+	}
+	return filepath.Join(n.StoreDir, "servescope-nats.conf")
 }
 
 // Spec is the process that runs the server, ready once Healthy succeeds.

@@ -114,6 +114,14 @@ func TestNATSKeepsStreamsAcrossStopAndKill(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SERVERS", Subjects: []string{"servers.>"}, Storage: jetstream.FileStorage}); err != nil {
 		t.Fatalf("create stream: %v", err)
 	}
+	// A stream reserving 200 GiB is accepted whatever the disk has free: the budget is
+	// MaxFileStoreBytes' 1 TiB, not 75% of the free disk (err 10047 made parallel tests fail).
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RESERVED", Subjects: []string{"reserved.>"}, Storage: jetstream.FileStorage, MaxBytes: 200 << 30}); err != nil {
+		t.Fatalf("create a stream reserving 200 GiB: %v", err)
+	}
+	if err := js.DeleteStream(ctx, "RESERVED"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := js.Publish(ctx, "servers.a", []byte("before stop")); err != nil {
 		t.Fatalf("publish: %v", err)
 	}

@@ -88,11 +88,11 @@ func TestClickHouseLeastPrivilege(t *testing.T) {
 			}
 		}
 		for _, table := range access.DetectorInsertTables {
-			column := map[string]string{"diagnose_hourly": "hour"}[table]
-			if column == "" {
-				column = "ts"
+			stmt := "INSERT INTO " + table + " (ts) VALUES (now64(6))"
+			if table == "diagnose_hourly" {
+				stmt = "INSERT INTO diagnose_hourly (hour) VALUES (toStartOfHour(now()))"
 			}
-			if err := detector.Exec(ctx, "INSERT INTO "+table+" ("+column+") VALUES (now64(6))"); err != nil {
+			if err := detector.Exec(ctx, stmt); err != nil {
 				t.Errorf("insert into %s as detector: %v", table, err)
 			}
 		}

@@ -24,8 +24,11 @@ import (
 func TestHourlyBaseline(t *testing.T) {
 	t.Parallel()
 	d := newDB(t)
+	// The baseline is the 6 whole hours before the window's hour, so that the live and the hourly
+	// reads cover the same requests (pinned at 23:59:30, the window crosses midnight; just after a
+	// month's start, the baseline is in the month before).
 	at := testclock.EvalTime(t, 3*time.Hour)
-	base := diagnose.Range{From: at.Add(-6 * time.Hour), To: at}
+	base := diagnose.WholeHours(diagnose.Range{From: at.Add(-6 * time.Hour), To: at})
 	window := diagnose.Range{From: at, To: at.Add(30 * time.Minute)}
 	const perHour = 20_000 // 180 ms apart: 120,000 in the baseline, over HourlyMinRequests
 	// Request n: queued 0.4 s when n % 5 = 0; E2E 1.00 to 1.99 s by n % 100; status 500 when
@@ -65,11 +68,11 @@ func TestHourlyBaseline(t *testing.T) {
 	live := rep.Base
 
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n, err := diagnose.Warm(d.ctx, d.conn, at.Add(10*time.Minute), 6*time.Hour, log)
+	n, err := diagnose.Warm(d.ctx, d.conn, base.To.Add(10*time.Minute), 6*time.Hour, log)
 	if err != nil || n != 6 {
 		t.Fatalf("Warm computed %d hours (%v), want the baseline's 6", n, err)
 	}
-	if n, err := diagnose.Warm(d.ctx, d.conn, at.Add(10*time.Minute), 6*time.Hour, log); err != nil || n != 0 {
+	if n, err := diagnose.Warm(d.ctx, d.conn, base.To.Add(10*time.Minute), 6*time.Hour, log); err != nil || n != 0 {
 		t.Fatalf("Warm again computed %d hours (%v), want none: nothing changed", n, err)
 	}
 	rep = run()
