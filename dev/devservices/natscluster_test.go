@@ -156,11 +156,21 @@ func TestNATSClusterUpStatusDown(t *testing.T) {
 		}
 	}
 	step("status with nats-2 down", status(), []string{"nats-2      stopped", fmt.Sprintf("pid %d died", pid), "nats-1      running pid"}, nil, nil)
-	pctx, pcancel := context.WithTimeout(ctx, time.Minute)
-	if _, err := js.Publish(pctx, topo.Subject(schema.KindRequestFinished), []byte(`{}`), jetstream.WithRetryAttempts(100)); err != nil {
-		t.Errorf("publish with nats-2 down: %v", err)
+	// Each attempt waits 5 s for its acknowledgement: a publish that reaches the stream while it
+	// elects a new leader is never acknowledged, and one attempt holding the whole minute made
+	// this test fail on a loaded machine (the election itself took seconds).
+	for deadline := time.Now().Add(time.Minute); ; {
+		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js.Publish(pctx, topo.Subject(schema.KindRequestFinished), []byte(`{}`), jetstream.WithRetryAttempts(20))
+		pcancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("publish with nats-2 down: %v", err)
+			break
+		}
 	}
-	pcancel()
 	step("up with nats-2 dead", UpNATSCluster(ctx, cfg), nil, []string{
 		"nats-1 already running", fmt.Sprintf("nats-2 (pid %d) died since it was started; starting it again", pid), "nats-2 started", "3 nodes healthy"}, nil)
 
