@@ -104,6 +104,16 @@ func readInputs(ctx context.Context, conn driver.Conn, r Range) (map[time.Time]h
 	return out, nil
 }
 
+// enoughRequests reports whether the hours of inputs hold HourlyMinRequests requests or more,
+// enough to read them by the hour.
+func enoughRequests(inputs map[time.Time]hourInputs) bool {
+	var total uint64
+	for _, in := range inputs {
+		total += in.requests
+	}
+	return total >= HourlyMinRequests
+}
+
 // readCached returns the input counts diagnose_hourly's rows for model in r were computed from.
 func readCached(ctx context.Context, conn driver.Conn, r Range, model string) (map[time.Time]hourInputs, error) {
 	rows, err := conn.Query(params(ctx, r, model), query("hour_cached"))
@@ -168,11 +178,7 @@ func hourlyBaseline(ctx context.Context, conn driver.Conn, r Range, model string
 	if err != nil {
 		return s, false, "", nil // the live read names what is unreadable
 	}
-	var total uint64
-	for _, in := range inputs {
-		total += in.requests
-	}
-	if total < HourlyMinRequests {
+	if !enoughRequests(inputs) {
 		return s, false, "", nil
 	}
 	cached, err := readCached(ctx, conn, r, model)
@@ -302,11 +308,7 @@ func Warm(ctx context.Context, conn driver.Conn, now time.Time, span time.Durati
 	if err != nil {
 		return 0, err
 	}
-	var total uint64
-	for _, in := range inputs {
-		total += in.requests
-	}
-	if total < HourlyMinRequests {
+	if !enoughRequests(inputs) {
 		return 0, nil
 	}
 	cached, err := readCached(ctx, conn, r, "")
