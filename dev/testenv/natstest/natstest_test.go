@@ -29,6 +29,11 @@ func TestStartServesJetStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A stream reserving 200 GiB is accepted whatever the disk has free: the budget is fixed, not
+	// 75% of the free disk (err 10047 refused parallel tests their streams with 16 GB free).
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RESERVED", Subjects: []string{"reserved.>"}, Storage: jetstream.FileStorage, MaxBytes: 200 << 30}); err != nil {
+		t.Fatalf("create a stream reserving 200 GiB: %v", err)
+	}
 	if _, err := js.Publish(ctx, "natstest.a", []byte("kept")); err != nil {
 		t.Fatal(err)
 	}
