@@ -227,6 +227,6 @@ func shipper(cfg collector.Config, p *publishing, log *slog.Logger, path, engine
 		return nil, err
 	}
 	return func(ctx context.Context) error {
-		return sh.Follow(ctx, &logship.Follower{Path: path, State: state, Poll: cfg.LogPollInterval})
+		return sh.Follow(ctx, &logship.Follower{Path: path, State: state, Poll: cfg.LogPollInterval, RotateWait: cfg.LogRotateWait})
 	}, nil
 }

@@ -64,6 +64,9 @@ type Config struct {
 	LogTimezone string `env:"COLLECTOR_LOG_TIMEZONE" envDefault:"UTC"`
 	// LogPollInterval is how often followed files are checked for new data and rotation.
 	LogPollInterval time.Duration `env:"COLLECTOR_LOG_POLL_INTERVAL" envDefault:"250ms"`
+	// LogRotateWait is how long a followed file renamed away by a rotation is still read, for
+	// the lines its writer appends before reopening (see logship.Follower.RotateWait).
+	LogRotateWait time.Duration `env:"COLLECTOR_LOG_ROTATE_WAIT" envDefault:"5s"`
 	// MetricsAddr serves the collector's own /metrics, /healthz and /readyz (host:port, or "off").
 	MetricsAddr string `env:"COLLECTOR_METRICS_ADDR" envDefault:":9103"`
 	// StateDir holds the log offsets file (log-offsets.json).
@@ -116,6 +119,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LogPollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("COLLECTOR_LOG_POLL_INTERVAL: must be positive, got %s", c.LogPollInterval))
+	}
+	if c.LogRotateWait <= 0 {
+		errs = append(errs, fmt.Errorf("COLLECTOR_LOG_ROTATE_WAIT: must be positive, got %s", c.LogRotateWait))
 	}
 	switch c.SpoolFsync {
 	case "always", "interval", "never":
@@ -362,7 +368,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	for _, lf := range ParseLogFiles(c.cfg.LogFiles, c.cfg.EngineName()) {
 		sh := logship.NewShipper(c.pub, lf.Engine, lf.Path, c.loc, nil, c.logs, c.log.With("component", "logship"))
-		fl := &logship.Follower{Path: lf.Path, State: c.state, Poll: c.cfg.LogPollInterval}
+		fl := &logship.Follower{Path: lf.Path, State: c.state, Poll: c.cfg.LogPollInterval, RotateWait: c.cfg.LogRotateWait}
 		g.AddContext("log "+lf.Path, func(ctx context.Context) error { return sh.Follow(ctx, fl) })
 	}
 	if c.metricsLn != nil {

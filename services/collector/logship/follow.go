@@ -91,9 +91,9 @@ func ReadStream(ctx context.Context, r io.Reader, emit EmitFunc) error {
 }
 
 // Follower follows one log file like `tail -F`: from the saved position (or the beginning of a
-// file it has not seen), through rotation by rename (the old file is read to its end, then the new
-// file from its start) and truncation (reading restarts at 0), waiting for a file that does not
-// exist yet.
+// file it has not seen), through rotation by rename (the old file is read on for RotateWait, then
+// the new file from its start) and truncation (reading restarts at 0), waiting for a file that
+// does not exist yet.
 type Follower struct {
 	// Path is the file to follow.
 	Path string
@@ -101,9 +101,47 @@ type Follower struct {
 	State *State
 	// Poll is how often to look for new data, rotation and truncation (default 250 ms).
 	Poll time.Duration
+	// RotateWait is how long a file renamed or removed away from Path is still read after the
+	// rotation is seen (default 5 s, Fluent Bit's Rotate_Wait): a writer that has not reopened
+	// yet (vLLM's stdout redirected by a shell, a logrotate without copytruncate) still appends
+	// its last lines to the old file. A partial last line is emitted when the wait ends, or when
+	// Run returns within it (a restart could not resume the old file: the saved position is the
+	// current file's). Lines written to the old file after the wait are not read.
+	RotateWait time.Duration
 	// OnRotate, when set, is called with a description each time the file is replaced or
 	// truncated (for logging).
 	OnRotate func(what string)
+}
+
+// tailed is one open file being read: its identity, the bytes read so far and the line
+// assembler whose committed offset is the file's saved position.
+type tailed struct {
+	f      *os.File
+	id     fileID
+	sp     lineSplitter
+	readTo int64
+	until  time.Time // for a rotated file: when reading it stops
+}
+
+// readAvailable emits the lines of what the file holds now; it reports whether it read anything.
+func (t *tailed) readAvailable(buf []byte, emit EmitFunc, name string) (bool, error) {
+	read := false
+	for {
+		n, err := t.f.Read(buf)
+		if n > 0 {
+			read = true
+			t.readTo += int64(n)
+			if ferr := t.sp.feed(buf[:n], emit); ferr != nil {
+				return read, ferr
+			}
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return read, fmt.Errorf("read %s: %w", name, err)
+		}
+		if n == 0 || err != nil {
+			return read, nil
+		}
+	}
 }
 
 // Run follows the file until ctx ends; it returns only on a read error or ctx's end (nil).
@@ -112,100 +150,139 @@ func (fl *Follower) Run(ctx context.Context, emit EmitFunc) error {
 	if poll <= 0 {
 		poll = 250 * time.Millisecond
 	}
+	rotateWait := fl.RotateWait
+	if rotateWait <= 0 {
+		rotateWait = 5 * time.Second
+	}
 	note := fl.OnRotate
 	if note == nil {
 		note = func(string) {}
 	}
 	buf := make([]byte, 64<<10)
+	var cur *tailed
+	var rotated []*tailed
+	defer func() {
+		if cur != nil {
+			cur.f.Close()
+		}
+		for _, r := range rotated {
+			r.f.Close()
+		}
+	}()
+	save := func() {
+		fl.State.Set(fl.Path, Position{Dev: cur.id.Dev, Ino: cur.id.Ino, Offset: cur.sp.committed()})
+	}
 	for {
-		f, id, err := openWait(ctx, fl.Path, poll)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+		if cur == nil {
+			t, err := fl.open(note)
+			if err != nil {
+				return err
 			}
-			return err
+			cur = t
 		}
-		var sp lineSplitter
-		if p, ok := fl.State.Get(fl.Path); ok && p.Dev == id.Dev && p.Ino == id.Ino {
-			if size := fileSize(f); p.Offset <= size {
-				sp.start = p.Offset
-			} else {
-				note("truncated while the collector was away")
+		// Rotated files first (their lines are older), read on until their wait ends, then their
+		// last partial line goes out.
+		progressed := false
+		kept := rotated[:0]
+		for _, r := range rotated {
+			read, err := r.readAvailable(buf, emit, fl.Path+" (rotated)")
+			if err != nil {
+				return err
 			}
-		}
-		if _, err := f.Seek(sp.start, io.SeekStart); err != nil {
-			f.Close()
-			return fmt.Errorf("seek %s to %d: %w", fl.Path, sp.start, err)
-		}
-		readTo := sp.start // bytes of the file read so far
-		save := func() {
-			fl.State.Set(fl.Path, Position{Dev: id.Dev, Ino: id.Ino, Offset: sp.committed()})
-		}
-		reopen := false
-		for !reopen {
-			n, rerr := f.Read(buf)
-			if n > 0 {
-				readTo += int64(n)
-				if err := sp.feed(buf[:n], emit); err != nil {
-					f.Close()
-					return err
-				}
-				save()
+			progressed = progressed || read
+			if time.Now().Before(r.until) {
+				kept = append(kept, r)
 				continue
 			}
-			if rerr != nil && !errors.Is(rerr, io.EOF) {
-				f.Close()
-				return fmt.Errorf("read %s: %w", fl.Path, rerr)
-			}
-			// At the end of the data: wait, then look for rotation or truncation.
-			select {
-			case <-ctx.Done():
-				f.Close()
-				return nil
-			case <-time.After(poll):
-			}
-			cur, cerr := os.Stat(fl.Path)
-			switch {
-			case cerr != nil || identity(cur) != id:
-				// Rotated (renamed or removed): finish the old file, then move on.
-				if err := drain(f, buf, &sp, emit); err != nil {
-					f.Close()
-					return err
-				}
-				if err := sp.flush(emit); err != nil {
-					f.Close()
-					return err
-				}
-				note("rotated")
-				fl.State.Set(fl.Path, Position{})
-				reopen = true
-			case cur.Size() < readTo:
-				note("truncated")
-				if _, err := f.Seek(0, io.SeekStart); err != nil {
-					f.Close()
-					return fmt.Errorf("seek %s to 0 after truncation: %w", fl.Path, err)
-				}
-				sp = lineSplitter{}
-				readTo = 0
-				save()
+			r.f.Close()
+			if err := r.sp.flush(emit); err != nil {
+				return err
 			}
 		}
-		f.Close()
+		clear(rotated[len(kept):])
+		rotated = kept
+		if cur != nil {
+			read, err := cur.readAvailable(buf, emit, fl.Path)
+			if read {
+				save()
+			}
+			if err != nil {
+				return err
+			}
+			progressed = progressed || read
+		}
+		if progressed {
+			continue
+		}
+		// At the end of the data: wait, then look for rotation or truncation.
+		select {
+		case <-ctx.Done():
+			// A rotated file cannot be resumed after a restart (the saved position is the
+			// current file's): what it holds goes out now, a partial last line included.
+			for _, r := range rotated {
+				if _, err := r.readAvailable(buf, emit, fl.Path+" (rotated)"); err != nil {
+					return err
+				}
+				if err := r.sp.flush(emit); err != nil {
+					return err
+				}
+			}
+			return nil
+		case <-time.After(poll):
+		}
+		if cur == nil {
+			continue
+		}
+		st, err := os.Stat(fl.Path)
+		switch {
+		case err != nil || identity(st) != cur.id:
+			// Rotated (renamed or removed): the old file is read on for a while, the new one
+			// (when it exists) from its start.
+			note("rotated")
+			cur.until = time.Now().Add(rotateWait)
+			rotated = append(rotated, cur)
+			cur = nil
+			fl.State.Set(fl.Path, Position{})
+		case st.Size() < cur.readTo:
+			note("truncated")
+			if _, err := cur.f.Seek(0, io.SeekStart); err != nil {
+				return fmt.Errorf("seek %s to 0 after truncation: %w", fl.Path, err)
+			}
+			cur.sp = lineSplitter{}
+			cur.readTo = 0
+			save()
+		}
 	}
 }
 
-func drain(f *os.File, buf []byte, sp *lineSplitter, emit EmitFunc) error {
-	for {
-		n, err := f.Read(buf)
-		if n > 0 {
-			if ferr := sp.feed(buf[:n], emit); ferr != nil {
-				return ferr
-			}
-		}
-		if err != nil || n == 0 {
-			return nil
+// open opens Path at its saved position (or its start); nil, nil when it does not exist (yet).
+func (fl *Follower) open(note func(string)) (*tailed, error) {
+	f, err := os.Open(fl.Path)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", fl.Path, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil // replaced between open and stat: try again at the next poll
+	}
+	t := &tailed{f: f, id: identity(fi)}
+	if p, ok := fl.State.Get(fl.Path); ok && p.Dev == t.id.Dev && p.Ino == t.id.Ino {
+		if p.Offset <= fi.Size() {
+			t.sp.start = p.Offset
+		} else {
+			note("truncated while the collector was away")
 		}
 	}
+	if _, err := f.Seek(t.sp.start, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("seek %s to %d: %w", fl.Path, t.sp.start, err)
+	}
+	t.readTo = t.sp.start
+	return t, nil
 }
 
 type fileID struct{ Dev, Ino uint64 }
@@ -215,33 +292,4 @@ func identity(fi os.FileInfo) fileID {
 		return fileID{Dev: uint64(st.Dev), Ino: st.Ino}
 	}
 	return fileID{}
-}
-
-func fileSize(f *os.File) int64 {
-	fi, err := f.Stat()
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
-
-// openWait opens path, waiting (polling) while it does not exist; it fails only when ctx ends.
-func openWait(ctx context.Context, path string, poll time.Duration) (*os.File, fileID, error) {
-	for {
-		f, err := os.Open(path)
-		if err == nil {
-			fi, serr := f.Stat()
-			if serr == nil {
-				return f, identity(fi), nil
-			}
-			f.Close()
-		} else if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrPermission) {
-			return nil, fileID{}, fmt.Errorf("open %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fileID{}, ctx.Err()
-		case <-time.After(poll):
-		}
-	}
 }
