@@ -294,6 +294,19 @@ func TestConsoleInBrowser(t *testing.T) {
 					t.Errorf("complaint %s: branch %d is %s, want %s", c.ID, i, br["id"], c.Branches[i])
 				}
 			}
+			if c.ID == "first-word" {
+				// The reading says which window it compared with which baseline (the day before).
+				ranges := eval[string](t, b, `document.querySelector('#ranges').textContent`)
+				stamp := func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") }
+				for _, want := range []string{
+					"window " + stamp(data.overloadFrom) + " → " + stamp(data.overloadTo),
+					"baseline " + stamp(data.overloadFrom.Add(-24*time.Hour)) + " → " + stamp(data.overloadFrom),
+				} {
+					if !strings.Contains(ranges, want) {
+						t.Errorf("complaint %s: ranges %q, want %q in it", c.ID, ranges, want)
+					}
+				}
+			}
 			wantFinding := map[string]string{"first-word": "queue_overload", "hangs": "queue_overload", "off-topic": "retrieval_drift",
 				"mixed-language": "wrong_language", "server-500": "engine_crash"}[c.ID]
 			if wantFinding != "" {
