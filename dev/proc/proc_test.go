@@ -203,13 +203,14 @@ func TestStartNotReadyInTime(t *testing.T) {
 	ctx := testCtx(t)
 	spec := script(t, "slow", `echo "still loading"; exec sleep 1000`)
 	spec.Ready = func(context.Context) error { return errors.New("port not open") }
-	spec.ReadyTimeout = 300 * time.Millisecond
+	// Long enough for the shell to start and print on a loaded machine: the error quotes its log.
+	spec.ReadyTimeout = 5 * time.Second
 	p := newProcess(t, spec)
 	err := p.Start(ctx)
 	if err == nil {
 		t.Fatal("Start succeeded")
 	}
-	for _, want := range []string{"not ready after 300ms", "port not open", "still loading"} {
+	for _, want := range []string{"not ready after 5s", "port not open", "still loading"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}

@@ -24,10 +24,6 @@ import (
 const (
 	firstTokenDelay = 80 * time.Millisecond
 	tokenDelay      = 10 * time.Millisecond
-	// ttftSlack is how much later than the engine's the gateway may see the first token: one
-	// loopback hop and a flush, with room for a loaded 2-core machine (under -race as well). The
-	// tight check is the ordering engine ≤ gateway ≤ client.
-	ttftSlack = 250 * time.Millisecond
 )
 
 func TestOpenAISDKStreamingAndNonStreamingRecords(t *testing.T) {
@@ -89,15 +85,19 @@ func TestOpenAISDKStreamingAndNonStreamingRecords(t *testing.T) {
 		}
 		gwTTFT := time.Duration(*fin.TTFTSeconds * float64(time.Second))
 		// The gateway's clock starts after the client's and stops before the client sees the chunk,
-		// and it starts before the engine's and stops after the engine wrote the chunk.
-		if gwTTFT < engineTTFT || gwTTFT > clientTTFT || gwTTFT > engineTTFT+ttftSlack {
-			t.Fatalf("gateway TTFT %v: want engine's %v ≤ it ≤ client's %v, and within %v of the engine's", gwTTFT, engineTTFT, clientTTFT, ttftSlack)
-		}
-		if fin.TPOTSeconds == nil || *fin.TPOTSeconds < 0.005 || *fin.TPOTSeconds > 0.05 {
-			t.Fatalf("TPOT %v, want about %v", fin.TPOTSeconds, tokenDelay)
+		// and it starts before the engine's and stops after the engine wrote the chunk. Those
+		// orderings are what holds on any machine: how far apart the three are is the scheduler's.
+		if gwTTFT < engineTTFT || gwTTFT > clientTTFT {
+			t.Fatalf("gateway TTFT %v: want engine's %v ≤ it ≤ client's %v", gwTTFT, engineTTFT, clientTTFT)
 		}
 		if fin.E2ESeconds == nil || *fin.E2ESeconds < *fin.TTFTSeconds {
 			t.Fatalf("E2E %v < TTFT %v", fin.E2ESeconds, fin.TTFTSeconds)
+		}
+		// The 11 gaps between 12 tokens fit in the time after the first one (a TPOT in
+		// milliseconds, or not divided, would not); how close it comes to the engine's 10 ms
+		// depends on when the gateway read the chunks, which a loaded machine delays.
+		if fin.TPOTSeconds == nil || *fin.TPOTSeconds < 0 || *fin.TPOTSeconds*11 > *fin.E2ESeconds-*fin.TTFTSeconds+1e-9 {
+			t.Fatalf("TPOT %v: want 0 ≤ 11 × it ≤ E2E %v − TTFT %v", fin.TPOTSeconds, *fin.E2ESeconds, *fin.TTFTSeconds)
 		}
 		if fin.ScheduledToFirstTokenSeconds == nil || *fin.ScheduledToFirstTokenSeconds != firstTokenDelay.Seconds() || fin.QueueSeconds == nil || fin.DecodeSeconds == nil || fin.EngineITLSeconds == nil {
 			t.Fatalf("engine metrics not recorded: ttft %v queue %v decode %v itl %v", fin.ScheduledToFirstTokenSeconds, fin.QueueSeconds, fin.DecodeSeconds, fin.EngineITLSeconds)

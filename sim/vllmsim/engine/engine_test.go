@@ -142,13 +142,15 @@ func TestSlotsAndFIFOQueue(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxNumSeqs = 2
 	e, _, _ := startEngine(t, cfg)
-	var seqs []*Seq
+	// One submission: at 200× the first two finish 2 ms of wall time after they start, so
+	// requests submitted one by one could find a free slot on a loaded machine and never queue.
+	var reqs []Request
 	for i := 0; i < 4; i++ {
-		s, err := e.Submit(Request{ID: string(rune('a' + i)), PromptIDs: prompt(e.Tokenizer(), strings.Repeat("word ", 10+i)), MaxTokens: 20, IgnoreEOS: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		seqs = append(seqs, s)
+		reqs = append(reqs, Request{ID: string(rune('a' + i)), PromptIDs: prompt(e.Tokenizer(), strings.Repeat("word ", 10+i)), MaxTokens: 20, IgnoreEOS: true})
+	}
+	seqs, err := e.SubmitAll(reqs)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var fins []*Finished
 	for _, s := range seqs {
@@ -206,13 +208,14 @@ func TestPreemptionWhenKVRunsOut(t *testing.T) {
 	cfg.KVCacheTokens = 1024
 	cfg.MaxModelLen = 1024
 	e, rec, _ := startEngine(t, cfg)
-	var seqs []*Seq
+	// One submission, so that the six are in the engine together however slowly the test runs.
+	var reqs []Request
 	for i := 0; i < 6; i++ {
-		s, err := e.Submit(Request{ID: "k", PromptIDs: prompt(e.Tokenizer(), strings.Repeat("x", 40+i)), MaxTokens: 300, IgnoreEOS: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		seqs = append(seqs, s)
+		reqs = append(reqs, Request{ID: "k", PromptIDs: prompt(e.Tokenizer(), strings.Repeat("x", 40+i)), MaxTokens: 300, IgnoreEOS: true})
+	}
+	seqs, err := e.SubmitAll(reqs)
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, s := range seqs {
 		f, n, err := drain(t, s)
@@ -249,16 +252,15 @@ func TestCrashWhenRunningExceedsLimit(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.CrashAtRunning = 3
 	e, rec, errc := startEngine(t, cfg)
-	var seqs []*Seq
+	// One submission: one by one, a test descheduled for 40 ms of wall time (500 tokens at 200×)
+	// between two would see the first ones finish before the limit is passed.
+	var reqs []Request
 	for i := 0; i < 6; i++ {
-		s, err := e.Submit(Request{ID: "c", PromptIDs: prompt(e.Tokenizer(), "hello"), MaxTokens: 500, IgnoreEOS: true})
-		if errors.Is(err, ErrEngineDead) {
-			break // it may die before the last submissions
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		seqs = append(seqs, s)
+		reqs = append(reqs, Request{ID: "c", PromptIDs: prompt(e.Tokenizer(), "hello"), MaxTokens: 500, IgnoreEOS: true})
+	}
+	seqs, err := e.SubmitAll(reqs)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var crash *CrashError
 	select {

@@ -351,9 +351,11 @@ func TestPerRequestTimingObject(t *testing.T) {
 	rec := &finishRecorder{byID: map[string]*engine.Finished{}}
 	cfg := engine.DefaultConfig()
 	cfg.MaxNumSeqs = 1 // the second request waits for the first
-	// Time runs 5× faster here, so the first request holds the only slot for ~0.6 s of wall time.
+	// Time runs 5× faster here, so the first request holds the only slot for ~3 s of wall time:
+	// the second must reach the engine within it, an HTTP request and a tokenization on a loaded
+	// machine (0.6 s was not always enough).
 	ts := startSim(t, sim.Options{TimeScale: 5, Engine: cfg, Observers: []engine.Observer{rec}, Server: simserver.Config{PerRequestMetrics: true}})
-	first := post(t, ts.URL+"/v1/completions", `{"prompt":"hold the slot","max_tokens":200,"ignore_eos":true,"stream":true}`, nil)
+	first := post(t, ts.URL+"/v1/completions", `{"prompt":"hold the slot","max_tokens":1000,"ignore_eos":true,"stream":true}`, nil)
 	defer first.Body.Close()
 	if _, err := io.ReadFull(first.Body, make([]byte, 1)); err != nil { // it is running
 		t.Fatal(err)
