@@ -44,6 +44,28 @@ type simRig struct {
 	engErr  chan error
 	stop    func()
 	logPath string
+
+	mu          sync.Mutex
+	scrapeBegan time.Time // when the latest completed scrape of the engine began
+}
+
+// waitScrapeAfter waits until the collector has scraped the engine with a request that began
+// after ts (sleeping a few scrape intervals is not enough when the scraper is starved).
+func (r *simRig) waitScrapeAfter(t *testing.T, ts time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		r.mu.Lock()
+		began := r.scrapeBegan
+		r.mu.Unlock()
+		if began.After(ts) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no scrape of the engine began after %s in 2 minutes (the last at %s)", ts, began)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func startSimRig(t *testing.T, ecfg engine.Config, timeScale float64) *simRig {
@@ -63,7 +85,9 @@ func startSimRig(t *testing.T, ecfg engine.Config, timeScale float64) *simRig {
 	// The collector starts first so that its OTLP listener exists for the simulator's exporter;
 	// its scrape target is filled in once the simulator serves.
 	var apiURL string
+	rig := &simRig{js: js, topo: topo, ncfg: ncfg, engErr: make(chan error, 1), logPath: logPath}
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		began := time.Now()
 		resp, err := http.Get(apiURL + "/metrics")
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
@@ -72,11 +96,20 @@ func startSimRig(t *testing.T, ecfg engine.Config, timeScale float64) *simRig {
 		defer resp.Body.Close()
 		w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
 		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		if _, err := io.Copy(w, resp.Body); err == nil {
+			rig.mu.Lock()
+			if began.After(rig.scrapeBegan) {
+				rig.scrapeBegan = began
+			}
+			rig.mu.Unlock()
+		}
 	}))
 	cfg := loadConfig(t, map[string]string{
-		"COLLECTOR_TARGETS":           "sim=" + proxy.URL + "/metrics",
-		"COLLECTOR_SCRAPE_INTERVAL":   "100ms",
+		"COLLECTOR_TARGETS":         "sim=" + proxy.URL + "/metrics",
+		"COLLECTOR_SCRAPE_INTERVAL": "100ms",
+		// A scrape stalled by a busy machine would otherwise time out after 1 s and record up = 0,
+		// which the window views rightly leave out.
+		"COLLECTOR_SCRAPE_TIMEOUT":    "5s",
 		"COLLECTOR_OTLP_GRPC_ADDR":    "127.0.0.1:0",
 		"COLLECTOR_OTLP_HTTP_ADDR":    Off,
 		"COLLECTOR_METRICS_ADDR":      Off,
@@ -97,14 +130,16 @@ func startSimRig(t *testing.T, ecfg engine.Config, timeScale float64) *simRig {
 	s := sim.New(sim.Options{Clock: clock, Engine: ecfg, LogWriter: logFile, Observers: []engine.Observer{exp}})
 	api := httptest.NewServer(s.Handler)
 	apiURL = api.URL
-	rig := &simRig{sim: s, api: api, js: js, topo: topo, ncfg: ncfg, engErr: make(chan error, 1), logPath: logPath}
+	rig.sim, rig.api = s, api
 	go func() { rig.engErr <- s.Engine.Run(ctx) }()
 	ran := make(chan error, 1)
 	go func() { ran <- c.Run(ctx) }()
 	var once sync.Once
 	rig.stop = func() {
 		once.Do(func() {
-			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			// Each shutdown has its own generous bound (each returns as soon as it is done): a
+			// shared few seconds spent by the first would spool what the last had to send.
+			sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
 			defer scancel()
 			_ = exp.Shutdown(sctx)
 			api.Close()
@@ -113,7 +148,9 @@ func startSimRig(t *testing.T, ecfg engine.Config, timeScale float64) *simRig {
 			if err := <-ran; err != nil {
 				t.Errorf("collector: %v", err)
 			}
-			_ = pub.Close(sctx)
+			pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
+			defer pcancel()
+			_ = pub.Close(pctx)
 			logFile.Close()
 		})
 	}
@@ -226,7 +263,9 @@ func TestSimCrash(t *testing.T) {
 	t.Parallel()
 	ecfg := engine.DefaultConfig()
 	ecfg.CrashAtRunning = 10
-	r := startSimRig(t, ecfg, 20)
+	// 5×: the long requests hold their slots for 13 s of wall time, so the short ones meet
+	// them however slowly a loaded machine sends them.
+	r := startSimRig(t, ecfg, 5)
 	var wg sync.WaitGroup
 	send := func(k, tokens int) {
 		for range k {
@@ -239,7 +278,17 @@ func TestSimCrash(t *testing.T) {
 	}
 	// A few long requests first, so stats lines (every 10 simulated seconds) are written.
 	send(5, 4000)
-	time.Sleep(1500 * time.Millisecond)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		raw, _ := os.ReadFile(r.logPath)
+		if r.sim.Engine.Gauges().Running == 5 && strings.Contains(string(raw), "Running: 5 reqs") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the long requests are not running with a stats line logged after 2 minutes: %+v", r.sim.Engine.Gauges())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	send(10, 200)
 	var crash *engine.CrashError
 	select {
@@ -247,14 +296,22 @@ func TestSimCrash(t *testing.T) {
 		if !errors.As(err, &crash) {
 			t.Fatalf("engine stopped with %v, want a crash", err)
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the engine did not crash")
 	}
 	wg.Wait()
-	time.Sleep(300 * time.Millisecond)
+	// The collector ships what the engine wrote up to its death before it is stopped (a stopped
+	// follower leaves the rest of the current file for its next start).
+	raw, err := os.ReadFile(r.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events(t, r.js, r.topo, 2*time.Minute, func(evs []schema.Event) bool {
+		return len(byKind(evs)[schema.KindEngineLog]) >= strings.Count(string(raw), "\n")
+	})
 	r.stop()
 
-	raw, err := os.ReadFile(r.logPath)
+	raw, err = os.ReadFile(r.logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,11 +358,11 @@ func TestSimWindowAveragesInClickHouse(t *testing.T) {
 	ecfg := engine.DefaultConfig()
 	ecfg.MaxNumSeqs = 16
 	r := startSimRig(t, ecfg, 4)
-	time.Sleep(time.Second) // idle samples: the window's starting values
+	r.waitScrapeAfter(t, time.Time{}) // an idle sample: the window's starting values
 	from := time.Now().UTC()
 	const n = 48
 	r.overload(t, n, 200)
-	time.Sleep(time.Second) // samples after the last request finished
+	r.waitScrapeAfter(t, time.Now()) // a sample after the last request finished
 	to := time.Now().UTC()
 	r.stop()
 
@@ -356,7 +413,7 @@ func TestSimWindowAveragesInClickHouse(t *testing.T) {
 		MaxRunning     *float64 `ch:"max_running"`
 		MaxWaiting     *float64 `ch:"max_waiting"`
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		err := conn.QueryRow(ctx, "SELECT requests, queue_s, prefill_s, ttft_s, decode_s, e2e_s, prompt_tokens, generation_tokens, max_running, max_waiting "+
 			"FROM engine_window_averages(from = {from:DateTime64(6, 'UTC')}, to = {to:DateTime64(6, 'UTC')}) WHERE engine = 'sim'").ScanStruct(&row)
