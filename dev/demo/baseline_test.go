@@ -57,7 +57,7 @@ func TestPublishBaseline(t *testing.T) {
 	js, _, ncfg := testenv.JetStream(t)
 	conn, ccfg := testenv.ClickHouse(t)
 	nc := testenv.NATS(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -93,7 +93,7 @@ func TestPublishBaseline(t *testing.T) {
 		t.Errorf("%d request rows, want %d", reqs, len(tr.Finished))
 	}
 	// The app records and samples ride the same stream; wait for the last batch.
-	if err := waitFor(ctx, 20*time.Second, func() (bool, error) {
+	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {
 		err := conn.QueryRow(ctx, `SELECT
 			(SELECT count() FROM app_records FINAL WHERE app = 'ragdemo' AND embedding_model_version = 'hash-embed-v1'),
 			(SELECT count() FROM engine_samples FINAL WHERE engine = 'vllmsim')`).Scan(&apps, &samples)

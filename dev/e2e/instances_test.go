@@ -45,7 +45,7 @@ func TestSeveralInstancesStoreEachRequestOnce(t *testing.T) {
 		"CONSUMER_FLUSH_INTERVAL":        "200ms",
 	}
 	logDir := t.TempDir()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute) // the sum of its bounded waits
 	defer cancel()
 
 	// The setup step, as the compose file's cluster-migrate runs it.

@@ -49,7 +49,7 @@ func TestNATSClusterLosesNothingThroughNodeLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute) // the sum of its bounded waits
 	defer cancel()
 	// The setup step's code, as `servescope migrate up` runs it: streams and durable at R3.
 	if _, err := bus.Setup(ctx, js, topo, ncfg.StreamSettings(), cons.DurableConsumer()); err != nil {

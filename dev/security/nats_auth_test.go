@@ -185,7 +185,8 @@ func connectAndPublish(t *testing.T, env map[string]string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	// Generous: on a loaded machine a timeout here would read as a refused credential.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	topo := cfg.Topology()
 	// The setup step, as `servescope migrate up` runs it, then the check a publisher makes at

@@ -46,6 +46,7 @@ func StartNATS(t testing.TB) *NATSServer {
 			StoreDir:    filepath.Join(dir, "jetstream"),
 			ServerName:  "testenv-" + strconv.Itoa(ports[0]),
 			Log:         filepath.Join(dir, "nats-server.log"),
+			StopGrace:   stopGrace,
 			// A test binary killed by its timeout leaves no server behind.
 			DieWithCaller: true,
 		})
@@ -171,6 +172,7 @@ func clickHouseConfig(in servers.Installed, dir string, tcpPort, httpPort int) s
 		EngineLog:      filepath.Join(dir, "clickhouse-server.log"),
 		EngineErrorLog: filepath.Join(dir, "clickhouse-server.err.log"),
 		Log:            filepath.Join(dir, "clickhouse.log"),
+		StopGrace:      stopGrace,
 		DieWithCaller:  true,
 	}
 }
@@ -327,6 +329,11 @@ func (c *ClickHouseServer) Stop() { c.t.Helper(); stop(c.t, c.s.Process) }
 // Kill sends SIGKILL, as a crash would, and waits for the process to exit.
 func (c *ClickHouseServer) Kill() { c.t.Helper(); kill(c.t, c.s.Process) }
 
+// stopGrace is how long a test's server has after SIGTERM: a JetStream flush or a ClickHouse
+// shutdown under inserts outlasts proc's 15 s on a loaded machine, and a kill after the grace
+// fails the test (stop).
+const stopGrace = time.Minute
+
 func start(t testing.TB, p *proc.Process) {
 	t.Helper()
 	if err := p.Start(t.Context()); err != nil {
@@ -413,6 +420,7 @@ func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 				StoreDir:      filepath.Join(dir, node, "jetstream"),
 				ServerName:    name + "-" + node,
 				Log:           filepath.Join(dir, node, "nats-server.log"),
+				StopGrace:     stopGrace,
 				DieWithCaller: true,
 			}
 			clusterPorts[i] = ports[3*i+2]

@@ -40,7 +40,7 @@ func TestAllKindsLandExactlyOnce(t *testing.T) {
 		return landed(t, conn, want)
 	})
 	// The lag gauge is polled every 2 s.
-	waitFor(t, 10*time.Second, func() string {
+	waitFor(t, time.Minute, func() string {
 		if v := scrape(t, addr, "servescope_consumer_acked_messages_total"); v != n {
 			return "acked_messages_total = " + strconv.FormatFloat(v, 'f', -1, 64)
 		}
@@ -49,9 +49,14 @@ func TestAllKindsLandExactlyOnce(t *testing.T) {
 		}
 		return ""
 	})
-	if code, body := httpStatus(t, addr, "/readyz"); code != http.StatusOK {
-		t.Errorf("/readyz = %d %q, want 200", code, body)
-	}
+	// Readiness checks have 2 s each: a ClickHouse slow for a moment reads as not ready, so the
+	// state is waited for, not read once.
+	waitFor(t, time.Minute, func() string {
+		if code, body := httpStatus(t, addr, "/readyz"); code != http.StatusOK {
+			return "/readyz = " + strconv.Itoa(code) + " " + body + ", want 200"
+		}
+		return ""
+	})
 	if v := scrape(t, addr, "servescope_consumer_rows_inserted_total"); v != n {
 		t.Errorf("rows_inserted_total = %v, want %d", v, n)
 	}
@@ -85,6 +90,7 @@ func TestMalformedGoToDeadLetters(t *testing.T) {
 	var bads []bad
 	want := map[schema.Kind]int{}
 	i := 0
+	published := time.Now().Add(-time.Second) // the stream stamps the messages from here on
 	for _, k := range schema.Kinds() {
 		for _, m := range eventgen.MalformedFor(k, i, base) {
 			for range 3 { // good ones around every bad one
@@ -140,24 +146,13 @@ func TestMalformedGoToDeadLetters(t *testing.T) {
 		if r.subject != b.subject || r.payload != string(b.data) || !strings.Contains(r.reason, b.reason) {
 			t.Errorf("ingest_errors row %d = {%s %q %q}, want subject %s, payload %q, reason containing %q", j, r.subject, r.reason, r.payload, b.subject, b.data, b.reason)
 		}
-		if time.Since(r.ts) > 5*time.Minute || r.ts.After(time.Now()) {
+		if r.ts.Before(published) || r.ts.After(time.Now()) {
 			t.Errorf("ingest_errors row %d ts %s is not the message's stream timestamp", j, r.ts)
 		}
 	}
 
 	// The dead-letter stream: each bad message with the reason, original subject and sequence.
-	dlq, err := js.OrderedConsumer(ctx, topo.DLQStream(), jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mb, err := dlq.Fetch(len(bads)+1, jetstream.FetchMaxWait(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []jetstream.Msg
-	for m := range mb.Messages() {
-		got = append(got, m)
-	}
+	got := deadLetters(t, js, topo) // every message the stream holds, however slowly fetched
 	if len(got) != len(bads) {
 		t.Fatalf("dead-letter stream holds %d messages, want %d", len(got), len(bads))
 	}

@@ -195,7 +195,8 @@ func landed(t *testing.T, conn driver.Conn, want map[schema.Kind]int) string {
 // consumer does not exist yet.
 func lag(t *testing.T, js jetstream.JetStream, topo bus.Topology, durable string) (pending uint64, ackPending int, ok bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// A busy JetStream can take seconds to answer; the callers wait minutes for the lag to fall.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := js.Consumer(ctx, topo.Stream(), durable)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {

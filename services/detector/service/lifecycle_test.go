@@ -114,10 +114,11 @@ func (r *webhookReceiver) messages() []notify.Message {
 	return append([]notify.Message(nil), r.msgs...)
 }
 
-// waitFor waits until the receiver holds n messages, failing after 20 s.
+// waitFor waits until the receiver holds n messages, failing after 2 minutes (a receiver that
+// was down is retried with a backoff of up to 30 s).
 func (r *webhookReceiver) waitFor(n int) []notify.Message {
 	r.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute) // returns as soon as it holds
 	for time.Now().Before(deadline) {
 		if m := r.messages(); len(m) >= n {
 			return m
@@ -148,7 +149,7 @@ func TestWebhookLifecycleAcrossRestartsAndOutage(t *testing.T) {
 	cfg := testConfig(ch)
 	cfg.WebhookURLs, cfg.WebhookSecret, cfg.ExternalURL = []string{recv.URL()}, string(secret), "http://detector.test"
 
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	// start is a detector (re)start: restore state from the alerts table, run the notifier.
 	start := func() (*service.Detector, context.CancelFunc) {
@@ -238,10 +239,10 @@ func TestWebhookLifecycleAcrossRestartsAndOutage(t *testing.T) {
 	}
 }
 
-// waitRows polls query (a count) until it reaches atLeast, failing after 20 s.
+// waitRows polls query (a count) until it reaches atLeast, failing after 2 minutes.
 func waitRows(ctx context.Context, t *testing.T, conn driver.Conn, query string, atLeast uint64) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute) // returns as soon as it holds
 	var n uint64
 	for time.Now().Before(deadline) {
 		if err := conn.QueryRow(ctx, query).Scan(&n); err != nil {

@@ -25,13 +25,15 @@ import (
 	"github.com/servescope/servescope/services/detector/service"
 )
 
-// reloadRule is a user rule counting 5xx answers per model in a 10-minute window, evaluated every
-// second; min is its threshold.
+// reloadRule is a user rule counting 5xx answers per model in an hour's window, evaluated every
+// second; min is its threshold. The hour outlasts any of these tests on a loaded machine, so the
+// answers inserted at their start never age out of it halfway through (and resolve an alert the
+// test expects firing).
 func reloadRule(name string, min int, extra string) string {
 	return fmt.Sprintf(`name: %s
 severity: critical
 interval: 1s
-window: 10m
+window: 60m
 labels: {team: serving}
 params: {min: %d}
 summary: '{{printf "%%.0f" .Value}} errors'

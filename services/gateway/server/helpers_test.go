@@ -128,7 +128,7 @@ func events(t testing.TB, js jetstream.JetStream, topo bus.Topology) []schema.Ev
 // recordsOf waits until request requestID has both its events on the stream and returns them.
 func recordsOf(t testing.TB, js jetstream.JetStream, topo bus.Topology, requestID string) (*schema.RequestStarted, *schema.RequestFinished) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute) // returns as soon as both are there
 	for {
 		var st *schema.RequestStarted
 		var fin *schema.RequestFinished

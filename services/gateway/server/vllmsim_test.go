@@ -182,8 +182,9 @@ func sameCreated(t *testing.T, a, b []byte) ([]byte, []byte) {
 	for i := range ma {
 		x, _ := strconv.ParseInt(string(ma[i][1]), 10, 64)
 		y, _ := strconv.ParseInt(string(mb[i][1]), 10, 64)
-		if d := y - x; d < 0 || d > 1 {
-			t.Fatalf("created %d through the gateway vs %d direct: more than a second apart", y, x)
+		// The two requests run one after the other; on a loaded machine seconds apart.
+		if d := y - x; d < 0 || d > 60 {
+			t.Fatalf("created %d through the gateway vs %d direct: more than a minute apart", y, x)
 		}
 	}
 	norm := []byte(`"created":` + string(ma[0][1]))
