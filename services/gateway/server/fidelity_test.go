@@ -56,13 +56,14 @@ func TestSeveralPromptsStreamedThroughTheGateway(t *testing.T) {
 }
 
 // TPOT with several choices: vLLM generates them side by side and sums their tokens in usage; the
-// gateway's TPOT is each choice's time per token, within 10% of the engine's own inter-token
-// time (measured from the engine's write times). One timeline divided by the summed tokens would
-// be 1/n of it.
+// gateway's TPOT is each choice's time per token, within 30% of the engine's own inter-token
+// time (measured from the engine's write times; the gateway's are read times, and a loaded
+// machine delays a first or last read by tens of milliseconds). One timeline divided by the
+// summed tokens would be 1/n of it: 50% off or more.
 func TestTPOTWithSeveralChoicesMatchesTheEngine(t *testing.T) {
 	t.Parallel()
 	js, topo, natsCfg := testenv.JetStream(t)
-	const gap = 20 * time.Millisecond
+	const gap = 50 * time.Millisecond
 	for _, tc := range []struct {
 		name string
 		s    enginetest.VLLMStream
@@ -91,8 +92,8 @@ func TestTPOTWithSeveralChoicesMatchesTheEngine(t *testing.T) {
 				t.Fatal("no TPOT")
 			}
 			t.Logf("%s: engine inter-token time %.2f ms, gateway TPOT %.2f ms (%+.1f%%)", tc.name, itl*1e3, *fin.TPOTSeconds*1e3, (*fin.TPOTSeconds/itl-1)*100)
-			if math.Abs(*fin.TPOTSeconds-itl) > 0.1*itl {
-				t.Fatalf("gateway TPOT %v, engine inter-token time %v: more than 10%% apart", *fin.TPOTSeconds, itl)
+			if math.Abs(*fin.TPOTSeconds-itl) > 0.3*itl {
+				t.Fatalf("gateway TPOT %v, engine inter-token time %v: more than 30%% apart", *fin.TPOTSeconds, itl)
 			}
 			if fmt.Sprint(fin.FinishReasons) != fmt.Sprint(s.Finish) {
 				t.Fatalf("finish reasons %q", fin.FinishReasons)
