@@ -123,10 +123,11 @@ type tailed struct {
 	until  time.Time // for a rotated file: when reading it stops
 }
 
-// readAvailable emits the lines of what the file holds now; it reports whether it read anything.
-func (t *tailed) readAvailable(buf []byte, emit EmitFunc, name string) (bool, error) {
+// readAvailable emits the lines of what the file holds now, or up to ctx's end (a long backlog
+// must not hold a shutdown); it reports whether it read anything.
+func (t *tailed) readAvailable(ctx context.Context, buf []byte, emit EmitFunc, name string) (bool, error) {
 	read := false
-	for {
+	for ctx.Err() == nil {
 		n, err := t.f.Read(buf)
 		if n > 0 {
 			read = true
@@ -142,6 +143,7 @@ func (t *tailed) readAvailable(buf []byte, emit EmitFunc, name string) (bool, er
 			return read, nil
 		}
 	}
+	return read, nil
 }
 
 // Run follows the file until ctx ends; it returns only on a read error or ctx's end (nil).
@@ -172,7 +174,24 @@ func (fl *Follower) Run(ctx context.Context, emit EmitFunc) error {
 	save := func() {
 		fl.State.Set(fl.Path, Position{Dev: cur.id.Dev, Ino: cur.id.Ino, Offset: cur.sp.committed()})
 	}
+	// finish is Run's end at ctx's: a rotated file cannot be resumed after a restart (the saved
+	// position is the current file's), so what it holds goes out now, a partial last line
+	// included.
+	finish := func() error {
+		for _, r := range rotated {
+			if _, err := r.readAvailable(context.Background(), buf, emit, fl.Path+" (rotated)"); err != nil {
+				return err
+			}
+			if err := r.sp.flush(emit); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for {
+		if ctx.Err() != nil {
+			return finish()
+		}
 		if cur == nil {
 			t, err := fl.open(note)
 			if err != nil {
@@ -185,7 +204,7 @@ func (fl *Follower) Run(ctx context.Context, emit EmitFunc) error {
 		progressed := false
 		kept := rotated[:0]
 		for _, r := range rotated {
-			read, err := r.readAvailable(buf, emit, fl.Path+" (rotated)")
+			read, err := r.readAvailable(ctx, buf, emit, fl.Path+" (rotated)")
 			if err != nil {
 				return err
 			}
@@ -202,7 +221,7 @@ func (fl *Follower) Run(ctx context.Context, emit EmitFunc) error {
 		clear(rotated[len(kept):])
 		rotated = kept
 		if cur != nil {
-			read, err := cur.readAvailable(buf, emit, fl.Path)
+			read, err := cur.readAvailable(ctx, buf, emit, fl.Path)
 			if read {
 				save()
 			}
@@ -217,17 +236,7 @@ func (fl *Follower) Run(ctx context.Context, emit EmitFunc) error {
 		// At the end of the data: wait, then look for rotation or truncation.
 		select {
 		case <-ctx.Done():
-			// A rotated file cannot be resumed after a restart (the saved position is the
-			// current file's): what it holds goes out now, a partial last line included.
-			for _, r := range rotated {
-				if _, err := r.readAvailable(buf, emit, fl.Path+" (rotated)"); err != nil {
-					return err
-				}
-				if err := r.sp.flush(emit); err != nil {
-					return err
-				}
-			}
-			return nil
+			return finish()
 		case <-time.After(poll):
 		}
 		if cur == nil {

@@ -98,8 +98,11 @@ func TestScenarioSignatures(t *testing.T) {
 	if *n.InterTokenSeconds < 0.014 || *n.InterTokenSeconds > 0.02 {
 		t.Errorf("normal inter-token %.3f s, want ~0.016", *n.InterTokenSeconds)
 	}
-	// Long output: the worst E2E with normal TTFT and queue.
-	for name, e := range map[string]*load.EngineReport{"normal": n, "overload": o, "long-prompt": lp} {
+	// Long output: the worst E2E with normal TTFT and queue. Overload is left out of the E2E
+	// comparison: its E2E holds the queue wait, which grows with how far a starved simulator
+	// falls behind the open-loop arrivals (a CI run under load: 26.7 s against long output's
+	// 25.4 s); what tells the two apart is the queue and TTFT, checked above and below.
+	for name, e := range map[string]*load.EngineReport{"normal": n, "long-prompt": lp} {
 		if *lo.E2ESeconds <= *e.E2ESeconds {
 			t.Errorf("long-output E2E %.2f s is not worse than %s's %.2f s", *lo.E2ESeconds, name, *e.E2ESeconds)
 		}
