@@ -56,39 +56,7 @@ type pipeline struct {
 	GatewayURL string // the gateway's base URL in front of it
 	OTLPAddr   string // the collector's OTLP/gRPC listener (host:port), for applications' spans
 	TimeScale  float64
-	scrapes    *scrapeLog
-}
-
-// scrapeLog keeps when the latest completed scrape of the simulator's /metrics began: the
-// collector's samples are taken by then, whatever else is late.
-type scrapeLog struct {
-	mu    sync.Mutex
-	began time.Time
-}
-
-func (l *scrapeLog) wrap(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		began := time.Now()
-		next.ServeHTTP(w, r)
-		if r.URL.Path == "/metrics" {
-			l.mu.Lock()
-			if began.After(l.began) {
-				l.began = began
-			}
-			l.mu.Unlock()
-		}
-	})
-}
-
-// waitScrapeAfter waits until the collector has scraped the simulator's /metrics from a request
-// that began after ts.
-func (l *scrapeLog) waitScrapeAfter(t *testing.T, ts time.Time) {
-	t.Helper()
-	waitFor(t, 2*time.Minute, "a scrape of the engine after "+ts.Format(time.RFC3339Nano), func(context.Context) (bool, string, error) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.began.After(ts), "the last began at " + l.began.Format(time.RFC3339Nano), nil
-	})
+	scrapes    *testenv.ScrapeWatch
 }
 
 // pipelineOptions configure startPipeline.
@@ -220,10 +188,10 @@ func startPipeline(t *testing.T, o pipelineOptions) *pipeline {
 		t.Fatalf("span exporter: %v", err)
 	}
 	s := sim.New(sim.Options{Clock: clock, Engine: o.Engine, Observers: []engine.Observer{exp}})
-	scrapes := &scrapeLog{}
-	api.Config.Handler = scrapes.wrap(s.Handler)
+	scrapes := &testenv.ScrapeWatch{}
+	api.Config.Handler = scrapes.Wrap(s.Handler)
 	if o.WrapEngine != nil {
-		api.Config.Handler = scrapes.wrap(o.WrapEngine(s.Handler))
+		api.Config.Handler = scrapes.Wrap(o.WrapEngine(s.Handler))
 	}
 	api.Start()
 	ran := make(chan error, 1)
@@ -292,7 +260,7 @@ func (p *pipeline) load(t *testing.T, cfg load.Config) (*load.Report, window) {
 	}
 	// A scrape of the idle engine at or before the window's start gives the window its starting
 	// histogram values (engine_window_histograms reads the last sample at or before `from`).
-	p.scrapes.waitScrapeAfter(t, time.Time{})
+	p.scrapes.WaitAfter(t, time.Time{})
 	from := time.Now().UTC()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -303,7 +271,7 @@ func (p *pipeline) load(t *testing.T, cfg load.Config) (*load.Report, window) {
 	// A scrape after the last answer puts the drained engine's final values in the window. Both
 	// scrapes are waited for: sleeping for a few scrape intervals is not enough when the scraper
 	// is starved on a loaded machine.
-	p.scrapes.waitScrapeAfter(t, time.Now())
+	p.scrapes.WaitAfter(t, time.Now())
 	w := window{From: from, To: time.Now().UTC()}
 	if rep.Failed > 0 || rep.Succeeded == 0 {
 		t.Fatalf("loadgen: %d sent, %d answered, %d failed %v %q", rep.Sent, rep.Succeeded, rep.Failed, rep.Errors, rep.ErrorSamples)

@@ -45,27 +45,7 @@ type simRig struct {
 	stop    func()
 	logPath string
 
-	mu          sync.Mutex
-	scrapeBegan time.Time // when the latest completed scrape of the engine began
-}
-
-// waitScrapeAfter waits until the collector has scraped the engine with a request that began
-// after ts (sleeping a few scrape intervals is not enough when the scraper is starved).
-func (r *simRig) waitScrapeAfter(t *testing.T, ts time.Time) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		r.mu.Lock()
-		began := r.scrapeBegan
-		r.mu.Unlock()
-		if began.After(ts) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no scrape of the engine began after %s in 2 minutes (the last at %s)", ts, began)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	scrapes *testenv.ScrapeWatch
 }
 
 func startSimRig(t *testing.T, ecfg engine.Config, timeScale float64) *simRig {
@@ -85,9 +65,8 @@ func startSimRig(t *testing.T, ecfg engine.Config, timeScale float64) *simRig {
 	// The collector starts first so that its OTLP listener exists for the simulator's exporter;
 	// its scrape target is filled in once the simulator serves.
 	var apiURL string
-	rig := &simRig{js: js, topo: topo, ncfg: ncfg, engErr: make(chan error, 1), logPath: logPath}
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		began := time.Now()
+	rig := &simRig{js: js, topo: topo, ncfg: ncfg, engErr: make(chan error, 1), logPath: logPath, scrapes: &testenv.ScrapeWatch{}}
+	proxy := httptest.NewServer(rig.scrapes.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		resp, err := http.Get(apiURL + "/metrics")
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
@@ -96,14 +75,8 @@ func startSimRig(t *testing.T, ecfg engine.Config, timeScale float64) *simRig {
 		defer resp.Body.Close()
 		w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
 		w.WriteHeader(resp.StatusCode)
-		if _, err := io.Copy(w, resp.Body); err == nil {
-			rig.mu.Lock()
-			if began.After(rig.scrapeBegan) {
-				rig.scrapeBegan = began
-			}
-			rig.mu.Unlock()
-		}
-	}))
+		_, _ = io.Copy(w, resp.Body)
+	})))
 	cfg := loadConfig(t, map[string]string{
 		"COLLECTOR_TARGETS":         "sim=" + proxy.URL + "/metrics",
 		"COLLECTOR_SCRAPE_INTERVAL": "100ms",
@@ -358,11 +331,11 @@ func TestSimWindowAveragesInClickHouse(t *testing.T) {
 	ecfg := engine.DefaultConfig()
 	ecfg.MaxNumSeqs = 16
 	r := startSimRig(t, ecfg, 4)
-	r.waitScrapeAfter(t, time.Time{}) // an idle sample: the window's starting values
+	r.scrapes.WaitAfter(t, time.Time{}) // an idle sample: the window's starting values
 	from := time.Now().UTC()
 	const n = 48
 	r.overload(t, n, 200)
-	r.waitScrapeAfter(t, time.Now()) // a sample after the last request finished
+	r.scrapes.WaitAfter(t, time.Now()) // a sample after the last request finished
 	to := time.Now().UTC()
 	r.stop()
 

@@ -146,6 +146,16 @@ func (t *tailed) readAvailable(ctx context.Context, buf []byte, emit EmitFunc, n
 	return read, nil
 }
 
+// finish reads what the file still holds, emits its partial last line and closes it: the end of
+// a rotated file, which nothing will resume.
+func (t *tailed) finish(buf []byte, emit EmitFunc, name string) error {
+	defer t.f.Close()
+	if _, err := t.readAvailable(context.Background(), buf, emit, name); err != nil {
+		return err
+	}
+	return t.sp.flush(emit)
+}
+
 // Run follows the file until ctx ends; it returns only on a read error or ctx's end (nil).
 func (fl *Follower) Run(ctx context.Context, emit EmitFunc) error {
 	poll := fl.Poll
@@ -174,15 +184,15 @@ func (fl *Follower) Run(ctx context.Context, emit EmitFunc) error {
 	save := func() {
 		fl.State.Set(fl.Path, Position{Dev: cur.id.Dev, Ino: cur.id.Ino, Offset: cur.sp.committed()})
 	}
+	rotatedName := fl.Path + " (rotated)"
 	// finish is Run's end at ctx's: a rotated file cannot be resumed after a restart (the saved
 	// position is the current file's), so what it holds goes out now, a partial last line
 	// included.
 	finish := func() error {
-		for _, r := range rotated {
-			if _, err := r.readAvailable(context.Background(), buf, emit, fl.Path+" (rotated)"); err != nil {
-				return err
-			}
-			if err := r.sp.flush(emit); err != nil {
+		for len(rotated) > 0 {
+			r := rotated[0]
+			rotated = rotated[1:]
+			if err := r.finish(buf, emit, rotatedName); err != nil {
 				return err
 			}
 		}
@@ -204,19 +214,18 @@ func (fl *Follower) Run(ctx context.Context, emit EmitFunc) error {
 		progressed := false
 		kept := rotated[:0]
 		for _, r := range rotated {
-			read, err := r.readAvailable(ctx, buf, emit, fl.Path+" (rotated)")
+			if time.Now().After(r.until) {
+				if err := r.finish(buf, emit, rotatedName); err != nil {
+					return err
+				}
+				continue
+			}
+			kept = append(kept, r)
+			read, err := r.readAvailable(ctx, buf, emit, rotatedName)
 			if err != nil {
 				return err
 			}
 			progressed = progressed || read
-			if time.Now().Before(r.until) {
-				kept = append(kept, r)
-				continue
-			}
-			r.f.Close()
-			if err := r.sp.flush(emit); err != nil {
-				return err
-			}
 		}
 		clear(rotated[len(kept):])
 		rotated = kept

@@ -396,22 +396,15 @@ func TestProxiesOtherPathsAndServesOwnEndpoints(t *testing.T) {
 		// has read the whole body: polled, not read once.
 		"/metrics": `servescope_gateway_requests_total{route="/v1/chat/completions",status="200"} 1`,
 	} {
-		deadline := time.Now().Add(time.Minute)
-		for {
+		waitFor(t, func() bool {
 			resp, err := http.Get(gw + path)
 			if err != nil {
 				t.Fatal(err)
 			}
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == 200 && strings.Contains(string(b), want) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("GET %s: %d, missing %q:\n%s", path, resp.StatusCode, want, b)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return resp.StatusCode == 200 && strings.Contains(string(b), want)
+		}, fmt.Sprintf("GET %s to answer 200 with %q", path, want))
 	}
 	// Only the recorded route produced events: one started, one finished.
 	deadline := time.Now().Add(2 * time.Minute) // returns as soon as both are there
