@@ -47,6 +47,7 @@ func fullEvents() []schema.Event {
 		PromptTokens: ptr(uint32(412)), CompletionTokens: ptr(uint32(88)), CachedTokens: ptr(uint32(256)),
 		TokensEstimated: true, FinishReason: "length", FinishReasons: []string{"length", "stop"}, MaxTokens: ptr(uint32(256)),
 		ResponseID: "chatcmpl-2Iq3zZNkYd3wBpRc6Z6pW0Y1yTd", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", TraceSampled: ptr(false),
+		SpanID: "b7ad6b7169203331", ParentSpanID: "00f067aa0ba902b7",
 		Upstream: "http://127.0.0.1:8000", Gateway: "gw-1",
 		PromptText: "Résumé of <b>Q3</b> & \"Ünïcode\" — 日本語のテキスト", OutputText: "Here is the summary: ✓ done.",
 	}
@@ -67,7 +68,7 @@ func fullEvents() []schema.Event {
 	})
 	es := &schema.EngineSample{
 		Header: schema.Header{Schema: "engine.sample/v1", EventID: "2Iq3zgPt7Zg8aXf0qkC6GjI2r8B", TS: now.Add(-500 * time.Millisecond)},
-		Engine: "http://127.0.0.1:8000/metrics", Model: "Qwen/Qwen2.5-0.5B-Instruct", Up: true,
+		Engine: "http://127.0.0.1:8000/metrics#1", Model: "Qwen/Qwen2.5-0.5B-Instruct", EngineIndex: "1", Engines: ptr(uint16(2)), Up: true,
 		ScrapeError: "previous scrape: context deadline exceeded", ScrapeDurationSeconds: ptr(0.0042),
 		NumRequestsRunning: ptr(7.0), NumRequestsWaiting: ptr(2.0), KVCacheUsagePerc: ptr(0.159),
 		Gauges:   map[string]float64{"num_requests_swapped": 0, "lora_requests_info": 1},
@@ -81,7 +82,7 @@ func fullEvents() []schema.Event {
 	sp := &schema.EngineSpan{
 		Header:          schema.Header{Schema: "engine.span/v1", EventID: "2Iq3zhQ4yZb5cVx1n8D7HkJ3s9C", RequestID: "2Iq3zZNkYd3wBpRc6Z6pW0Y1yTd", TS: finished},
 		EngineRequestID: "cmpl-2Iq3zZNkYd3wBpRc6Z6pW0Y1yTd-1", PromptIndex: ptr(uint32(1)), ChildIndex: ptr(uint32(0)), TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",
-		Engine: "vllm", Model: "Qwen/Qwen2.5-0.5B-Instruct", StartTS: arrival,
+		ParentSpanID: "b7ad6b7169203331", Engine: "vllm", Model: "Qwen/Qwen2.5-0.5B-Instruct", StartTS: arrival,
 		QueueSeconds: ptr(0.002), PrefillSeconds: ptr(0.035), DecodeSeconds: ptr(1.09), InferenceSeconds: ptr(1.125), TTFTSeconds: ptr(0.037), E2ESeconds: ptr(1.127),
 		PromptTokens: ptr(uint32(412)), CompletionTokens: ptr(uint32(88)), FinishReason: "length", MaxTokens: ptr(uint32(256)),
 		Temperature: ptr(0.7), TopP: ptr(0.95), N: ptr(uint32(1)),
@@ -90,10 +91,10 @@ func fullEvents() []schema.Event {
 		Header: schema.Header{Schema: "engine.log/v1", EventID: "2Iq3zjR5zAc6dWy2o9E8IlK4t0D", RequestID: "chatcmpl-abc", TS: finished},
 		Engine: "vllm-0", Source: "/var/log/vllm.log", Offset: ptr(uint64(1 << 33)),
 		Line:  "ERROR 11-30 11:59:58 [core.py:588] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB.",
-		Level: "ERROR", Process: "EngineCore_DP0 pid=233", Logger: "core.py:588", EngineIndex: "0",
+		Level: "ERROR", Process: "EngineCore_DP0 pid=233", Logger: "core.py:588", EngineIndex: "0", Engines: ptr(uint16(1)),
 		Message:             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB.",
 		PromptThroughputTPS: ptr(412.3), GenerationThroughputTPS: ptr(88.1), Running: ptr(uint32(7)), Waiting: ptr(uint32(2)),
-		KVCacheUsagePerc: ptr(0.159), PrefixCacheHitRate: ptr(0.42), ExceptionType: "torch.OutOfMemoryError",
+		KVCacheUsagePerc: ptr(0.159), PrefixCacheHitRate: ptr(0.42), Preemptions: ptr(uint32(3)), ExceptionType: "torch.OutOfMemoryError",
 		OOMBytesRequested: ptr(uint64(117440512)), OOMTotalCapacityBytes: ptr(uint64(12487168819)), OOMFreeBytes: ptr(uint64(89001492)),
 		Frames: []string{"vllm/v1/sample/ops/penalties.py:apply_all_penalties", "vllm/model_executor/layers/utils.py:apply_penalties"},
 	}

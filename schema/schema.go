@@ -267,6 +267,16 @@ type RequestFinished struct {
 	MaxTokens *uint32 `json:"max_tokens,omitempty"`
 	// TraceID is the W3C trace id (32 hex) forwarded to the engine.
 	TraceID string `json:"trace_id,omitempty" jsonschema:"maxLength=32"`
+	// SpanID is the gateway's own span id for this request (16 hex): the parent-id of the
+	// traceparent it forwarded, so vLLM's llm_request span for this request, and only for this
+	// one, names it as its parent (engine_spans.parent_span_id). A caller's X-Request-Id may
+	// repeat; this id does not, and it is what engine data joins on (docs/vllm-compatibility.md,
+	// section 2). Absent in events written before it existed.
+	SpanID string `json:"span_id,omitempty" jsonschema:"maxLength=16"`
+	// ParentSpanID is the parent-id of the client's own valid traceparent (16 hex): the client's
+	// span this request continues, whose child the gateway's span is. Absent when the client sent
+	// none (the gateway then started the trace).
+	ParentSpanID string `json:"parent_span_id,omitempty" jsonschema:"maxLength=16"`
 	// TraceSampled is the sampled flag of the traceparent forwarded to the engine. False when the
 	// client sent a traceparent with the flag off: the gateway forwards the client's decision, and
 	// vLLM's parent-based sampling then records no span for the request, which is why its engine
@@ -387,6 +397,14 @@ type EngineSample struct {
 	Engine string `json:"engine" jsonschema:"required,maxLength=1024"`
 	// Model is the served model (label model_name).
 	Model string `json:"model,omitempty" jsonschema:"maxLength=256"`
+	// EngineIndex is the value of vLLM's `engine` label for the engine core this sample is about
+	// ("0", "1", ...): a data-parallel server (--data-parallel-size N) exposes one series per
+	// engine core in one exposition, and the collector makes one sample of each. Empty when the
+	// series have no engine label (vLLM's V0 engine) and on failed scrapes.
+	EngineIndex string `json:"engine_index,omitempty" jsonschema:"maxLength=16"`
+	// Engines is how many engine cores the scrape exposed (the distinct `engine` label values),
+	// 1 for a server without data parallelism; absent on failed scrapes.
+	Engines *uint16 `json:"engines,omitempty"`
 	// Up is false when the scrape failed; then ScrapeError says why and the metrics are absent.
 	Up bool `json:"up"`
 	// ScrapeError is the failure of a failed scrape.
@@ -441,6 +459,12 @@ type EngineSpan struct {
 	// TraceID and SpanID are the span's W3C ids in hex.
 	TraceID string `json:"trace_id,omitempty" jsonschema:"maxLength=32"`
 	SpanID  string `json:"span_id,omitempty" jsonschema:"maxLength=16"`
+	// ParentSpanID is the span's parent span id in hex: the parent-id of the traceparent the
+	// request brought to vLLM (vLLM starts its llm_request span as a child of that context), so
+	// for a request that came through the gateway it is the gateway's request.finished span_id.
+	// That, not the caller's id, ties the span to one gateway request: a caller's X-Request-Id may
+	// repeat, and vLLM's span carries that id. Empty for a root span.
+	ParentSpanID string `json:"parent_span_id,omitempty" jsonschema:"maxLength=16"`
 	// Engine names the engine: the collector's configured name, or the span's service.name
 	// resource attribute when that picks one of several configured engines (package
 	// services/collector/otlp states the rule).
@@ -510,6 +534,12 @@ type EngineLog struct {
 	// process that wrote it ("EngineCore_DP1 pid=..."). Empty when the line names no engine (the
 	// API server's lines, V0's stats lines, main's "N Engines Aggregated:" lines).
 	EngineIndex string `json:"engine_index,omitempty" jsonschema:"maxLength=16"`
+	// Engines is how many engines a stats line describes: N for vLLM's "N Engines Aggregated:"
+	// line (--aggregate-engine-logging with --data-parallel-size N, vllm/v1/metrics/loggers.py
+	// AggregatedLoggingStatLogger), whose Running and Waiting are then sums over the N engines
+	// and whose KV cache usage is their mean; 1 for a line about one engine ("Engine 001:", a
+	// scheduler dump); absent on other lines and on V0's stats lines, which name no engine.
+	Engines *uint16 `json:"engines,omitempty"`
 	// Message is the line without its prefix.
 	Message string `json:"message,omitempty" jsonschema:"maxLength=16384"`
 	// Stats fields, from vLLM's periodic stats line (and from the scheduler state vLLM dumps when
@@ -522,6 +552,12 @@ type EngineLog struct {
 	KVCacheUsagePerc *float64 `json:"kv_cache_usage_perc,omitempty" jsonschema:"minimum=0"`
 	// PrefixCacheHitRate is the printed prefix cache hit rate as a fraction 0..1.
 	PrefixCacheHitRate *float64 `json:"prefix_cache_hit_rate,omitempty" jsonschema:"minimum=0"`
+	// Preemptions is the stats line's "Preemptions: N": requests the scheduler preempted (their
+	// KV blocks freed because a running request needed a block and none was free) during the
+	// logging interval, summed over the engines of an aggregated line. vLLM main prints it only
+	// when N > 0, so on a main stats line its absence means 0; older releases never print it
+	// (the counter vllm:num_preemptions_total has it).
+	Preemptions *uint32 `json:"preemptions,omitempty"`
 	// ExceptionType is the exception of an error line, e.g. "torch.OutOfMemoryError".
 	ExceptionType string `json:"exception_type,omitempty" jsonschema:"maxLength=256"`
 	// OOMBytesRequested, OOMTotalCapacityBytes and OOMFreeBytes are read from a CUDA

@@ -31,6 +31,8 @@ const (
 	MaxFinishReasonBytes = 64
 	// MaxTraceIDBytes is the length of a W3C trace id in hex.
 	MaxTraceIDBytes = 32
+	// MaxSpanIDBytes is the length of a W3C span id (a traceparent's parent-id) in hex.
+	MaxSpanIDBytes = 16
 	// MaxFinishReasons bounds finish_reasons (one per choice).
 	MaxFinishReasons = 1024
 )
@@ -228,6 +230,8 @@ func (e *RequestFinished) ValidateAt(now time.Time) error {
 	}
 	v.str("response_id", e.ResponseID, maxLabel)
 	v.str("trace_id", e.TraceID, MaxTraceIDBytes)
+	v.str("span_id", e.SpanID, MaxSpanIDBytes)
+	v.str("parent_span_id", e.ParentSpanID, MaxSpanIDBytes)
 	v.str("upstream", e.Upstream, maxURL)
 	v.str("gateway", e.Gateway, maxLabel)
 	v.str("prompt_text", e.PromptText, maxContent)
@@ -272,6 +276,7 @@ func (e *EngineSample) ValidateAt(now time.Time) error {
 	v.header(&e.Header, KindEngineSample, false)
 	v.required("engine", e.Engine, maxURL)
 	v.str("model", e.Model, maxLabel)
+	v.str("engine_index", e.EngineIndex, 16)
 	v.str("scrape_error", e.ScrapeError, maxMessage)
 	v.duration("scrape_duration_s", e.ScrapeDurationSeconds)
 	v.nonNegative("num_requests_running", e.NumRequestsRunning)
@@ -311,8 +316,9 @@ func (e *EngineSpan) ValidateAt(now time.Time) error {
 	v := &validator{now: now}
 	v.header(&e.Header, KindEngineSpan, true)
 	v.str("engine_request_id", e.EngineRequestID, maxLabel)
-	v.str("trace_id", e.TraceID, 32)
-	v.str("span_id", e.SpanID, 16)
+	v.str("trace_id", e.TraceID, MaxTraceIDBytes)
+	v.str("span_id", e.SpanID, MaxSpanIDBytes)
+	v.str("parent_span_id", e.ParentSpanID, MaxSpanIDBytes)
 	v.str("engine", e.Engine, maxURL)
 	v.str("model", e.Model, maxLabel)
 	v.str("finish_reason", e.FinishReason, 64)

@@ -29,8 +29,9 @@ func sampledHistory(t *testing.T, ctx context.Context, conn driver.Conn, base ti
 		        arrival + INTERVAL 1 SECOND, arrival, arrival + INTERVAL 1 SECOND, 'm', '/v1/chat/completions', 200
 		 FROM (SELECT number, toDateTime64({base:String}, 6, 'UTC') + toIntervalMicrosecond(number * 20000) AS arrival
 		       FROM numbers(` + strconv.Itoa(n) + `))`,
-		`INSERT INTO engine_spans (event_id, request_id, engine_request_id, ts, engine, queue_s, prefill_s, decode_s, e2e_s)
+		`INSERT INTO engine_spans (event_id, request_id, engine_request_id, trace_id, ts, engine, queue_s, prefill_s, decode_s, e2e_s)
 		 SELECT concat('s-', toString(number)), concat('r-', toString(number)), concat('chatcmpl-r-', toString(number)),
+		        if(number % 7 = 0 AND number % 3 != 0, concat('t-', toString(number)), ''),
 		        toDateTime64({base:String}, 6, 'UTC') + toIntervalMicrosecond(number * 20000 + 1000000),
 		        'vllm-0', if(number % 5 = 0, 0.4, 0), 0.1, 0.5, 1.0
 		 FROM numbers(` + strconv.Itoa(n) + `)`,

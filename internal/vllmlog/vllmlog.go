@@ -225,7 +225,10 @@ func parseMessage(r *Record) {
 // engineIndexOf is the stats line's engine, else the data-parallel rank of the engine-core
 // process among the line's prefixes (outer is the outermost one that names an engine core).
 func engineIndexOf(r *Record, outer string) string {
-	if r.Stats != nil {
+	if r.Stats != nil && !r.Stats.FromSchedulerDump {
+		// A stats line names its engine ("Engine 001:") or covers several ("2 Engines
+		// Aggregated:", none). The scheduler dump names none: the engine core that printed it
+		// is the one whose state it is.
 		return r.Stats.EngineIndex
 	}
 	if i := EngineIndexOfProcess(outer); i != "" {

@@ -348,3 +348,49 @@ func TestFollowStopsWithinABacklog(t *testing.T) {
 		t.Errorf("saved offset %d, want %d (after the last line emitted)", p.Offset, last+int64(len(line)))
 	}
 }
+
+// TestDataParallelStatsLines ships vLLM main's data-parallel log (--data-parallel-size 2, the
+// lines of vllm/v1/metrics/loggers.py LoggingStatLogger and AggregatedLoggingStatLogger) and
+// checks that each stats line says how many engines its numbers cover: 1 for "Engine 00N:" and
+// the dying engine's scheduler dump, 2 for "2 Engines Aggregated:" (whose Running is a sum), and
+// that main's "Preemptions: N" is kept.
+func TestDataParallelStatsLines(t *testing.T) {
+	raw, err := os.ReadFile("../../../internal/vllmlog/testdata/main_dp2_colour.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &collected{}
+	sh := NewShipper(c, "vllm-dp", "-", nil, clock, nil, nil)
+	if err := sh.Stream(context.Background(), bytes.NewReader(raw)); err != nil {
+		t.Fatal(err)
+	}
+	type want struct {
+		index       string
+		engines     uint16
+		running     uint32
+		preemptions *uint32
+	}
+	three := uint32(3)
+	var got []want
+	for _, e := range c.all() {
+		if e.Running == nil {
+			continue
+		}
+		w := want{index: e.EngineIndex, running: *e.Running, preemptions: e.Preemptions}
+		if e.Engines != nil {
+			w.engines = *e.Engines
+		}
+		got = append(got, w)
+	}
+	exp := []want{{"0", 1, 193, &three}, {"1", 1, 190, nil}, {"", 2, 390, nil}, {"1", 1, 190, nil}}
+	if len(got) != len(exp) {
+		t.Fatalf("stats lines %+v, want %+v", got, exp)
+	}
+	for i := range exp {
+		g, w := got[i], exp[i]
+		if g.index != w.index || g.engines != w.engines || g.running != w.running || (g.preemptions == nil) != (w.preemptions == nil) ||
+			(g.preemptions != nil && *g.preemptions != *w.preemptions) {
+			t.Errorf("stats line %d: %+v (preemptions %v), want %+v (preemptions %v)", i, g, g.preemptions, w, w.preemptions)
+		}
+	}
+}

@@ -243,6 +243,11 @@ func Convert(res pcommon.Resource, s ptrace.Span, naming Naming) (*schema.Engine
 	if sid := s.SpanID(); !sid.IsEmpty() {
 		ev.SpanID = sid.String()
 	}
+	// The parent is the traceparent the request brought: for a request through the gateway, the
+	// gateway's span for exactly that request (schema.RequestFinished.SpanID).
+	if pid := s.ParentSpanID(); !pid.IsEmpty() {
+		ev.ParentSpanID = pid.String()
+	}
 	if s.StartTimestamp() != 0 {
 		ev.StartTS = s.StartTimestamp().AsTime().UTC()
 	}

@@ -13,6 +13,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -206,6 +207,7 @@ func (s *Scraper) Scrape(ctx context.Context, t Target) []*schema.EngineSample {
 	s.scrapes.WithLabelValues(t.name(), "ok").Inc()
 	s.up.WithLabelValues(t.name()).Set(1)
 	out := make([]*schema.EngineSample, 0, len(ems))
+	engines := uint16(min(len(ems), math.MaxUint16))
 	for _, em := range ems {
 		name := t.name()
 		if len(ems) > 1 {
@@ -216,6 +218,8 @@ func (s *Scraper) Scrape(ctx context.Context, t Target) []*schema.EngineSample {
 		ev.Up = true
 		ev.ScrapeDurationSeconds = &dur
 		ev.Model = schema.Truncate(em.Model, 256)
+		ev.EngineIndex = schema.Truncate(em.EngineIndex, 16)
+		ev.Engines = &engines
 		ev.NumRequestsRunning = nonNegative(em.Running)
 		ev.NumRequestsWaiting = nonNegative(em.Waiting)
 		ev.KVCacheUsagePerc = nonNegative(em.KVCacheUsagePerc)

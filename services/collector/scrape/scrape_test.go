@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -102,6 +103,17 @@ func TestScrapeDataParallel(t *testing.T) {
 	}
 	if *evs[1].NumRequestsRunning != 9 {
 		t.Errorf("engine 1 running %v", *evs[1].NumRequestsRunning)
+	}
+	// Each sample says which engine it is about and how many the server runs (--data-parallel-size 2).
+	for i, e := range evs {
+		if e.EngineIndex != strconv.Itoa(i) || e.Engines == nil || *e.Engines != 2 {
+			t.Errorf("sample %d: engine_index %q engines %v, want %d of 2", i, e.EngineIndex, e.Engines, i)
+		}
+	}
+	// One engine without data parallelism: engine "0" of 1.
+	one := s.Scrape(context.Background(), Target{URL: serveFile(t, "vllm_main").URL})
+	if len(one) != 1 || one[0].EngineIndex != "0" || one[0].Engines == nil || *one[0].Engines != 1 {
+		t.Errorf("single engine: %+v", one)
 	}
 }
 

@@ -381,6 +381,10 @@ func readRequestFinished(text string, scan flatScanner) (*schema.RequestFinished
 			return setBoolPtr(&e.OutputScriptViolation, v)
 		case "trace_id":
 			return setString(&e.TraceID, v)
+		case "span_id":
+			return setString(&e.SpanID, v)
+		case "parent_span_id":
+			return setString(&e.ParentSpanID, v)
 		case "trace_sampled":
 			return setBoolPtr(&e.TraceSampled, v)
 		case "upstream":

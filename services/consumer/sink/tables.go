@@ -102,7 +102,7 @@ func tableDefs() map[schema.Kind]*table {
 				"completion_tokens", "cached_tokens", "tokens_estimated", "finish_reason", "finish_reasons",
 				"response_id", "max_tokens", "output_foreign_chars", "output_script_violation", "app",
 				"prompt_version", "config_version", "index_version", "embedding_model_version", "trace_id",
-				"trace_sampled", "upstream", "gateway", "prompt_text", "output_text",
+				"span_id", "parent_span_id", "trace_sampled", "upstream", "gateway", "prompt_text", "output_text",
 			},
 			row: func(dst []any, ev schema.Event) []any {
 				e := ev.(*schema.RequestFinished)
@@ -117,7 +117,7 @@ func tableDefs() map[schema.Kind]*table {
 					e.CompletionTokens, e.CachedTokens, e.TokensEstimated, e.FinishReason, finishReasons,
 					e.ResponseID, e.MaxTokens, e.OutputForeignChars, e.OutputScriptViolation, e.App,
 					e.PromptVersion, e.ConfigVersion, e.IndexVersion, e.EmbeddingModelVersion, e.TraceID,
-					e.TraceSampled, e.Upstream, e.Gateway, e.PromptText, e.OutputText,
+					e.SpanID, e.ParentSpanID, e.TraceSampled, e.Upstream, e.Gateway, e.PromptText, e.OutputText,
 				)
 			},
 		},
@@ -150,7 +150,7 @@ func tableDefs() map[schema.Kind]*table {
 		schema.KindEngineSample: {
 			name: TableEngineSamples,
 			columns: []string{
-				"event_id", "ts", "engine", "model", "up", "scrape_error", "scrape_duration_s",
+				"event_id", "ts", "engine", "model", "engine_index", "engines", "up", "scrape_error", "scrape_duration_s",
 				"num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "gauges",
 				"counters", "histogram_sum", "histogram_count", "histogram_buckets",
 			},
@@ -168,7 +168,7 @@ func tableDefs() map[schema.Kind]*table {
 					buckets[name] = bs
 				}
 				return append(dst,
-					e.EventID, e.TS, e.Engine, e.Model, e.Up, e.ScrapeError, e.ScrapeDurationSeconds,
+					e.EventID, e.TS, e.Engine, e.Model, e.EngineIndex, e.Engines, e.Up, e.ScrapeError, e.ScrapeDurationSeconds,
 					e.NumRequestsRunning, e.NumRequestsWaiting, e.KVCacheUsagePerc, strMap(e.Gauges),
 					strMap(e.Counters), sums, counts, buckets,
 				)
@@ -178,7 +178,7 @@ func tableDefs() map[schema.Kind]*table {
 			name: TableEngineSpans,
 			columns: []string{
 				"event_id", "request_id", "engine_request_id", "prompt_index", "child_index", "trace_id",
-				"span_id", "ts", "start_ts", "engine", "model", "queue_s", "prefill_s", "decode_s",
+				"span_id", "parent_span_id", "ts", "start_ts", "engine", "model", "queue_s", "prefill_s", "decode_s",
 				"inference_s", "ttft_s", "e2e_s", "prompt_tokens", "completion_tokens", "finish_reason",
 				"max_tokens", "temperature", "top_p", "n",
 			},
@@ -186,7 +186,7 @@ func tableDefs() map[schema.Kind]*table {
 				e := ev.(*schema.EngineSpan)
 				return append(dst,
 					e.EventID, e.RequestID, e.EngineRequestID, e.PromptIndex, e.ChildIndex, e.TraceID,
-					e.SpanID, e.TS, nullTime(e.StartTS), e.Engine, e.Model, e.QueueSeconds, e.PrefillSeconds, e.DecodeSeconds,
+					e.SpanID, e.ParentSpanID, e.TS, nullTime(e.StartTS), e.Engine, e.Model, e.QueueSeconds, e.PrefillSeconds, e.DecodeSeconds,
 					e.InferenceSeconds, e.TTFTSeconds, e.E2ESeconds, e.PromptTokens, e.CompletionTokens, e.FinishReason,
 					e.MaxTokens, e.Temperature, e.TopP, e.N,
 				)
@@ -196,8 +196,8 @@ func tableDefs() map[schema.Kind]*table {
 			name: TableEngineLogs,
 			columns: []string{
 				"event_id", "ts", "engine", "source", "offset", "line", "level", "process", "logger",
-				"engine_index", "message", "prompt_throughput_tps", "generation_throughput_tps", "running", "waiting",
-				"kv_cache_usage_perc", "prefix_cache_hit_rate", "exception_type", "oom_bytes_requested",
+				"engine_index", "engines", "message", "prompt_throughput_tps", "generation_throughput_tps", "running", "waiting",
+				"kv_cache_usage_perc", "prefix_cache_hit_rate", "preemptions", "exception_type", "oom_bytes_requested",
 				"oom_total_capacity_bytes", "oom_free_bytes", "frames",
 			},
 			row: func(dst []any, ev schema.Event) []any {
@@ -208,8 +208,8 @@ func tableDefs() map[schema.Kind]*table {
 				}
 				return append(dst,
 					e.EventID, e.TS, e.Engine, e.Source, e.Offset, e.Line, e.Level, e.Process, e.Logger,
-					e.EngineIndex, e.Message, e.PromptThroughputTPS, e.GenerationThroughputTPS, e.Running, e.Waiting,
-					e.KVCacheUsagePerc, e.PrefixCacheHitRate, e.ExceptionType, e.OOMBytesRequested,
+					e.EngineIndex, e.Engines, e.Message, e.PromptThroughputTPS, e.GenerationThroughputTPS, e.Running, e.Waiting,
+					e.KVCacheUsagePerc, e.PrefixCacheHitRate, e.Preemptions, e.ExceptionType, e.OOMBytesRequested,
 					e.OOMTotalCapacityBytes, e.OOMFreeBytes, frames,
 				)
 			},

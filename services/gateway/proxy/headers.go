@@ -66,6 +66,13 @@ type traceContext struct {
 	header string
 	// id is its trace id (32 hex).
 	id string
+	// span is its parent-id (16 hex): the gateway's own span id for this request, new for every
+	// request, so the engine's span for this request names it as its parent and no other
+	// request's span does (a caller's X-Request-Id, which vLLM's span also carries, may repeat).
+	span string
+	// parent is the parent-id of the client's valid traceparent (the client's span), "" when the
+	// client sent none.
+	parent string
 	// sampled is its sampled flag (bit 0 of trace-flags).
 	sampled bool
 	// replaced is set when the client's traceparent was absent or invalid and the gateway made
@@ -73,15 +80,12 @@ type traceContext struct {
 	replaced bool
 }
 
-// traceparent returns the trace context to forward: the client's traceparent when it is a valid
-// version-00 header, kept as is whatever its sampled flag (the gateway does not overrule the
-// client's sampling decision; request.finished records it as trace_sampled), otherwise a new one
-// with random ids, sampled.
+// traceparent returns the trace context to forward. The gateway takes part in the trace as W3C
+// Trace Context says a participant does: it keeps the trace id and the trace-flags of the client's
+// valid version-00 traceparent (whatever its sampled flag: the gateway does not overrule the
+// client's sampling decision; request.finished records it as trace_sampled) and puts its own span
+// id in the parent-id; without a valid one it starts a trace with random ids, sampled.
 func traceparent(in string) traceContext {
-	if validTraceparent(in) {
-		flags, _ := hex.DecodeString(in[53:55])
-		return traceContext{header: in, id: in[3:35], sampled: flags[0]&1 == 1}
-	}
 	var b [24]byte
 	for {
 		putUint64(b[0:8], rand.Uint64())
@@ -94,12 +98,24 @@ func traceparent(in string) traceContext {
 	}
 	var out [55]byte
 	copy(out[0:3], "00-")
-	hex.Encode(out[3:35], b[0:16])
 	out[35] = '-'
 	hex.Encode(out[36:52], b[16:24])
-	copy(out[52:55], "-01")
-	s := string(out[:])
-	return traceContext{header: s, id: s[3:35], sampled: true, replaced: true}
+	out[52] = '-'
+	tc := traceContext{}
+	if validTraceparent(in) {
+		flags, _ := hex.DecodeString(in[53:55])
+		copy(out[3:35], in[3:35])
+		copy(out[53:55], in[53:55])
+		tc.sampled = flags[0]&1 == 1
+		tc.parent = in[36:52]
+	} else {
+		hex.Encode(out[3:35], b[0:16])
+		copy(out[53:55], "01")
+		tc.sampled, tc.replaced = true, true
+	}
+	tc.header = string(out[:])
+	tc.id, tc.span = tc.header[3:35], tc.header[36:52]
+	return tc
 }
 
 // validTraceparent checks the W3C shape 00-<32 hex>-<16 hex>-<2 hex> with non-zero ids.

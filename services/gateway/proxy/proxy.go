@@ -11,8 +11,12 @@
 //     (vLLM compresses nothing by default, so its bytes do not change).
 //   - X-Request-Id: the gateway sends the client's, or a KSUID of its own, to the engine (vLLM
 //     names the answer after it: "chatcmpl-<id>") and returns it in the response headers.
-//   - traceparent: an absent or invalid one is replaced by a new sampled one (with tracestate
-//     dropped, as W3C Trace Context says).
+//   - traceparent: the gateway takes part in the trace. It forwards the client's trace id and
+//     trace-flags (and its tracestate) with its own span id as the parent-id, a new one per
+//     request, so the engine's span is the child of exactly one gateway request
+//     (request.finished span_id; the client's parent-id is parent_span_id). An absent or invalid
+//     traceparent is replaced by a new sampled one (with tracestate dropped, as W3C Trace Context
+//     says).
 //   - The gateway's own failures (body too large, engine unreachable or timing out) are answered
 //     in vLLM's error shape with the gateway's status.
 //   - When the engine breaks off mid-answer, the client's connection is broken off too
@@ -658,6 +662,7 @@ func (x *exchange) finished() *schema.RequestFinished {
 	e.StatusCode = uint16(x.status)
 	e.MaxTokens = x.req.MaxTokens
 	e.TraceID = x.trace.id
+	e.SpanID, e.ParentSpanID = x.trace.span, x.trace.parent
 	sampled := x.trace.sampled
 	e.TraceSampled = &sampled
 	e.Upstream = limit(x.up.name, schema.MaxURLBytes)

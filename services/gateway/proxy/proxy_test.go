@@ -18,40 +18,51 @@ func TestTraceparent(t *testing.T) {
 	unsampled := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
 	tests := []struct {
 		in        string
-		keep      bool
+		keep      bool // the client's trace id, flags and parent are kept
 		wantTrace string
+		flags     string
 		sampled   bool
 	}{
-		{valid, true, "4bf92f3577b34da6a3ce929d0e0e4736", true},
-		{unsampled, true, "4bf92f3577b34da6a3ce929d0e0e4736", false},
-		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03", true, "4bf92f3577b34da6a3ce929d0e0e4736", true},
-		{"", false, "", true},
-		{"00-00000000000000000000000000000000-00f067aa0ba902b7-01", false, "", true},
-		{"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", false, "", true},
-		{"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", false, "", true}, // upper case is invalid
-		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", false, "", true},
+		{valid, true, "4bf92f3577b34da6a3ce929d0e0e4736", "01", true},
+		{unsampled, true, "4bf92f3577b34da6a3ce929d0e0e4736", "00", false},
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03", true, "4bf92f3577b34da6a3ce929d0e0e4736", "03", true},
+		{"", false, "", "01", true},
+		{"00-00000000000000000000000000000000-00f067aa0ba902b7-01", false, "", "01", true},
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", false, "", "01", true},
+		{"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", false, "", "01", true}, // upper case is invalid
+		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", false, "", "01", true},
 	}
 	for _, tc := range tests {
 		tr := traceparent(tc.in)
+		if !validTraceparent(tr.header) || tr.header[3:35] != tr.id || tr.header[36:52] != tr.span || tr.header[53:] != tc.flags || tr.sampled != tc.sampled {
+			t.Errorf("%q: got %+v, want a valid header with flags %s (sampled %v) whose ids it records", tc.in, tr, tc.flags, tc.sampled)
+		}
 		if tc.keep {
-			if tr.header != tc.in || tr.id != tc.wantTrace || tr.sampled != tc.sampled || tr.replaced {
-				t.Errorf("%q: got %+v, want it kept (sampled %v)", tc.in, tr, tc.sampled)
+			// The gateway is a participant: the client's trace and decision, its own parent-id.
+			if tr.id != tc.wantTrace || tr.parent != tc.in[36:52] || tr.span == tr.parent || tr.replaced {
+				t.Errorf("%q: got %+v, want the client's trace and flags with the gateway's span as parent", tc.in, tr)
 			}
 			continue
 		}
-		if !validTraceparent(tr.header) || tr.header[3:35] != tr.id || tr.header == tc.in || !tr.sampled || !tr.replaced {
+		if tr.header == tc.in || tr.parent != "" || !tr.replaced {
 			t.Errorf("%q: made %+v, want a new valid sampled header", tc.in, tr)
 		}
+	}
+	// Two requests of one client span (the same traceparent, perhaps the same X-Request-Id) get
+	// two gateway spans: the engine's span of each names its own request.
+	if a, b := traceparent(valid), traceparent(valid); a.span == b.span || a.id != b.id {
+		t.Errorf("two requests of one client span: %+v, %+v, want one trace and two spans", a, b)
 	}
 	if a, b := traceparent(""), traceparent(""); a.header == b.header {
 		t.Error("two new traceparents are equal")
 	}
 }
 
-// A client's traceparent with the sampled flag off goes to the engine as it is: vLLM's parent-based
-// sampling then records no span, and request.finished says why (trace_sampled false). A
-// traceparent the gateway makes is sampled, and the client's tracestate, which belonged to an
-// invalid traceparent, is dropped.
+// A client's traceparent with the sampled flag off goes to the engine with its trace id and flag
+// (the gateway's span id as parent): vLLM's parent-based sampling then records no span, and
+// request.finished says why (trace_sampled false). A traceparent the gateway makes is sampled, and
+// the client's tracestate, which belonged to an invalid traceparent, is dropped. request.finished
+// carries the span id the engine got as parent, and the client's.
 func TestTraceContextForwarded(t *testing.T) {
 	var got http.Header
 	h, pub := newHandler(t, engineFunc(func(req *http.Request, _ []byte) *http.Response {
@@ -60,22 +71,26 @@ func TestTraceContextForwarded(t *testing.T) {
 	}), nil)
 	unsampled := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
 	call(h, "/v1/chat/completions", "t-1", `{"model":"m","messages":[]}`, map[string]string{"Traceparent": unsampled, "Tracestate": "vendor=1"})
-	if got.Get("Traceparent") != unsampled || got.Get("Tracestate") != "vendor=1" {
-		t.Fatalf("engine got traceparent %q tracestate %q, want the client's", got.Get("Traceparent"), got.Get("Tracestate"))
+	sent1 := got.Get("Traceparent")
+	if !validTraceparent(sent1) || sent1[:36] != unsampled[:36] || sent1[52:] != "-00" || sent1[36:52] == "00f067aa0ba902b7" || got.Get("Tracestate") != "vendor=1" {
+		t.Fatalf("engine got traceparent %q tracestate %q, want the client's trace, flags and tracestate with the gateway's parent-id", sent1, got.Get("Tracestate"))
 	}
 	call(h, "/v1/chat/completions", "t-2", `{"model":"m","messages":[]}`, map[string]string{"Traceparent": "garbage", "Tracestate": "vendor=1"})
-	if !validTraceparent(got.Get("Traceparent")) || !strings.HasSuffix(got.Get("Traceparent"), "-01") || got.Get("Tracestate") != "" {
-		t.Fatalf("engine got traceparent %q tracestate %q, want a new sampled one and no tracestate", got.Get("Traceparent"), got.Get("Tracestate"))
+	sent2 := got.Get("Traceparent")
+	if !validTraceparent(sent2) || !strings.HasSuffix(sent2, "-01") || got.Get("Tracestate") != "" {
+		t.Fatalf("engine got traceparent %q tracestate %q, want a new sampled one and no tracestate", sent2, got.Get("Tracestate"))
 	}
 	if got.Get(HeaderRequestID) != "t-2" {
 		t.Fatalf("engine got X-Request-Id %q", got.Get(HeaderRequestID))
 	}
 	settle(h)
-	if f := pub.finished(t, "t-1"); f.TraceSampled == nil || *f.TraceSampled || f.TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" {
-		t.Fatalf("t-1: trace_sampled %v trace_id %q, want false and the client's trace", f.TraceSampled, f.TraceID)
+	if f := pub.finished(t, "t-1"); f.TraceSampled == nil || *f.TraceSampled || f.TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" ||
+		f.SpanID != sent1[36:52] || f.ParentSpanID != "00f067aa0ba902b7" {
+		t.Fatalf("t-1: trace_sampled %v trace_id %q span_id %q parent_span_id %q, want false, the client's trace, the parent-id sent (%s) and the client's",
+			f.TraceSampled, f.TraceID, f.SpanID, f.ParentSpanID, sent1[36:52])
 	}
-	if f := pub.finished(t, "t-2"); f.TraceSampled == nil || !*f.TraceSampled || f.ResponseID != "chatcmpl-t" {
-		t.Fatalf("t-2: trace_sampled %v response_id %q", f.TraceSampled, f.ResponseID)
+	if f := pub.finished(t, "t-2"); f.TraceSampled == nil || !*f.TraceSampled || f.ResponseID != "chatcmpl-t" || f.SpanID != sent2[36:52] || f.ParentSpanID != "" {
+		t.Fatalf("t-2: trace_sampled %v response_id %q span_id %q parent_span_id %q", f.TraceSampled, f.ResponseID, f.SpanID, f.ParentSpanID)
 	}
 }
 
