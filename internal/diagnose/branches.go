@@ -268,6 +268,11 @@ func generationContention(cur, base *Stats, hasBase bool) Branch {
 	if t == nil {
 		br.Status = StatusNoData
 		br.Conclusion = "the time between tokens was not recorded"
+		if cur.TPOTNote != "" {
+			// The token-weighted inter-token latency is no stand-in: a mix of one long answer and
+			// many short ones moves it with no request's TPOT moving.
+			br.Conclusion = "per-request TPOT was not recorded: " + cur.TPOTNote
+		}
 		return br
 	}
 	if !hasBase || base.TPOTMean == nil {

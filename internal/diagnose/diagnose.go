@@ -201,6 +201,7 @@ var rowSpecs = []rowSpec{
 	{"ttft_s_p95", "TTFT (p95)", func(s *Stats) *float64 { return s.TTFTP95 }, secs},
 	{"tpot_s_mean", "Between two tokens, TPOT (mean)", func(s *Stats) *float64 { return s.TPOTMean }, secs},
 	{"tpot_s_p95", "Between two tokens, TPOT (p95)", func(s *Stats) *float64 { return s.TPOTP95 }, secs},
+	{"itl_s_mean", "Inter-token latency, token-weighted (mean)", func(s *Stats) *float64 { return s.ITLMean }, secs},
 	{"decode_s_mean", "Token generation (mean)", func(s *Stats) *float64 { return s.DecodeMean }, secs},
 	{"e2e_s_mean", "E2E (mean)", func(s *Stats) *float64 { return s.E2EMean }, secs},
 	{"e2e_s_p50", "E2E (p50)", func(s *Stats) *float64 { return s.E2EP50 }, secs},

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -72,12 +73,29 @@ type Stats struct {
 	TTFTMean    *float64 `json:"ttft_s_mean,omitempty"`
 	TTFTP50     *float64 `json:"ttft_s_p50,omitempty"`
 	TTFTP95     *float64 `json:"ttft_s_p95,omitempty"`
-	TPOTMean    *float64 `json:"tpot_s_mean,omitempty"`
-	TPOTP95     *float64 `json:"tpot_s_p95,omitempty"`
-	DecodeMean  *float64 `json:"decode_s_mean,omitempty"`
-	E2EMean     *float64 `json:"e2e_s_mean,omitempty"`
-	E2EP50      *float64 `json:"e2e_s_p50,omitempty"`
-	E2EP95      *float64 `json:"e2e_s_p95,omitempty"`
+	// TPOTMean and TPOTP95 are vLLM's per-request TPOT — decode time ÷ (output tokens − 1), one
+	// value per request that generated at least two tokens — averaged over requests, whatever the
+	// source: the gateway's records, the engine's spans, or the engine's
+	// vllm:request_time_per_output_token_seconds histogram (vLLM observes 0 there for a request of
+	// at most one token; those are left out, counted by vllm:request_generation_tokens' le="1"
+	// bucket). Never the token-weighted ITLMean: where no per-request source exists, TPOTMean is
+	// nil and TPOTNote says why.
+	TPOTMean *float64 `json:"tpot_s_mean,omitempty"`
+	TPOTP95  *float64 `json:"tpot_s_p95,omitempty"`
+	// TPOTNote, when TPOTMean is nil but the engine's /metrics had samples, says that the vLLM
+	// release exposes no per-request TPOT, only the token-weighted inter-token latency.
+	TPOTNote string `json:"tpot_note,omitempty"`
+	// ITLMean is the token-weighted inter-token latency: the mean of every interval between two
+	// consecutive output tokens of any request (vLLM's vllm:inter_token_latency_seconds, named
+	// vllm:time_per_output_token_seconds before 0.11, one observation per decode step and
+	// request), from the engine's histograms. A long answer weighs as many times as its tokens,
+	// so a mix of one long answer and many short ones moves it without any request's TPOT moving:
+	// it is shown beside TPOT, never read as TPOT.
+	ITLMean    *float64 `json:"itl_s_mean,omitempty"`
+	DecodeMean *float64 `json:"decode_s_mean,omitempty"`
+	E2EMean    *float64 `json:"e2e_s_mean,omitempty"`
+	E2EP50     *float64 `json:"e2e_s_p50,omitempty"`
+	E2EP95     *float64 `json:"e2e_s_p95,omitempty"`
 	// Sources names, per quantity key (e.g. "queue_s_mean"), where its value came from:
 	// "requests" (gateway + engine spans), "engine_spans" (the spans alone, children combined),
 	// or "engine_samples histograms".
@@ -143,19 +161,29 @@ func (s *Stats) Empty() bool {
 }
 
 // histogramNames maps vLLM V1 histogram names (without "vllm:") to the Stats key whose mean
-// they give; the first name present wins when several map to one key.
+// they give; the first name present wins when several map to one key. The per-request TPOT
+// (request_time_per_output_token_seconds) and the token-weighted inter-token latency
+// (inter_token_latency_seconds; time_per_output_token_seconds is its name before 0.11, which
+// the collector maps, kept for rows stored before that) are different quantities and fill
+// different keys (readHistograms).
 var histogramNames = []struct{ name, key string }{
 	{"request_queue_time_seconds", "queue_s_mean"},
 	{"request_prefill_time_seconds", "prefill_s_mean"},
 	{"time_to_first_token_seconds", "ttft_s_mean"},
-	{"inter_token_latency_seconds", "tpot_s_mean"},
 	{"request_time_per_output_token_seconds", "tpot_s_mean"},
-	{"time_per_output_token_seconds", "tpot_s_mean"},
+	{"inter_token_latency_seconds", "itl_s_mean"},
+	{"time_per_output_token_seconds", "itl_s_mean"},
 	{"request_decode_time_seconds", "decode_s_mean"},
 	{"e2e_request_latency_seconds", "e2e_s_mean"},
 	{"request_prompt_tokens", "prompt_tokens_mean"},
 	{"request_generation_tokens", "completion_tokens_mean"},
 }
+
+// Histogram names readHistograms reads besides their means.
+const (
+	histRequestTPOT      = "request_time_per_output_token_seconds"
+	histGenerationTokens = "request_generation_tokens"
+)
 
 // Source labels of Stats.Sources.
 const (
@@ -298,11 +326,20 @@ func (s *Stats) readSpans(ctx context.Context, conn driver.Conn) error {
 }
 
 // readHistograms fills the means that no per-request record gave from the engine's cumulative
-// histograms over the range.
+// histograms over the range, and the token-weighted inter-token latency, which only they give.
+//
+// TPOT from the histograms is vllm:request_time_per_output_token_seconds' increase of sum over
+// its increase of count less the requests of at most one output token (the le="1" bucket of
+// vllm:request_generation_tokens, observed for the same finished requests in the same loop of
+// vllm/v1/metrics/loggers.py PrometheusStatLogger.record): vLLM observes 0 for those
+// (vllm/v1/metrics/stats.py, mean_time_per_output_token), where the gateway and the spans have no
+// TPOT at all, so the mean is over the same requests as theirs. Releases without that histogram
+// (before vLLM PR #24015: 0.8, 0.10, 0.11.0) have no per-request TPOT in /metrics; TPOTMean then
+// stays nil and TPOTNote says so rather than read the token-weighted latency as TPOT.
 func (s *Stats) readHistograms(ctx context.Context, conn driver.Conn, r Range, model string) error {
 	targets := map[string]**float64{
 		"queue_s_mean": &s.QueueMean, "prefill_s_mean": &s.PrefillMean, "ttft_s_mean": &s.TTFTMean,
-		"tpot_s_mean": &s.TPOTMean, "decode_s_mean": &s.DecodeMean, "e2e_s_mean": &s.E2EMean,
+		"tpot_s_mean": &s.TPOTMean, "itl_s_mean": &s.ITLMean, "decode_s_mean": &s.DecodeMean, "e2e_s_mean": &s.E2EMean,
 		"prompt_tokens_mean": &s.PromptTokensMean, "completion_tokens_mean": &s.CompletionTokensMean,
 	}
 	var names []string
@@ -310,6 +347,9 @@ func (s *Stats) readHistograms(ctx context.Context, conn driver.Conn, r Range, m
 		if *targets[h.key] == nil {
 			names = append(names, h.name)
 		}
+	}
+	if s.TPOTMean == nil && !slices.Contains(names, histGenerationTokens) {
+		names = append(names, histGenerationTokens)
 	}
 	if len(names) == 0 {
 		return nil
@@ -325,27 +365,41 @@ func (s *Stats) readHistograms(ctx context.Context, conn driver.Conn, r Range, m
 		return fmt.Errorf("read histogram window averages from engine_samples: %w", err)
 	}
 	defer rows.Close()
-	means := map[string]float64{}
+	type increase struct{ sum, count, le1 float64 }
+	got := map[string]increase{}
 	for rows.Next() {
 		var name string
-		var sum, n float64
-		if err := rows.Scan(&name, &sum, &n); err != nil {
+		var in increase
+		if err := rows.Scan(&name, &in.sum, &in.count, &in.le1); err != nil {
 			return fmt.Errorf("scan histogram window average: %w", err)
 		}
-		if n > 0 {
-			means[name] = sum / n
-		}
+		got[name] = in
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read histogram window averages from engine_samples: %w", err)
 	}
 	for _, h := range histogramNames {
-		m, ok := means[h.name]
+		in, ok := got[h.name]
 		if !ok || *targets[h.key] != nil {
 			continue
 		}
+		n := in.count
+		if h.name == histRequestTPOT {
+			n -= got[histGenerationTokens].le1
+		}
+		if n <= 0 {
+			continue
+		}
+		m := in.sum / n
 		*targets[h.key] = &m
 		s.Sources[h.key] = SourceHistograms + " (" + h.name + ")"
+	}
+	if s.TPOTMean == nil && len(got) > 0 {
+		s.TPOTNote = "no per-request TPOT: this vLLM's /metrics has no vllm:request_time_per_output_token_seconds (added by vLLM PR #24015, after 0.11.0)"
+		if s.ITLMean != nil {
+			s.TPOTNote += fmt.Sprintf(", only the token-weighted inter-token latency (%s), in which a long answer weighs as many times as its tokens: it is not TPOT", secs(*s.ITLMean))
+		}
+		s.TPOTNote += "; per-request TPOT needs the gateway's records, vLLM's spans or a release with that histogram"
 	}
 	return nil
 }
