@@ -282,8 +282,14 @@ func (m *Metrics) RequestFinished(f *engine.Finished) {
 	m.prefill.WithLabelValues(l...).Observe(f.PrefillSeconds())
 	m.decode.WithLabelValues(l...).Observe(f.DecodeSeconds())
 	m.inference.WithLabelValues(l...).Observe(f.InferenceSeconds())
-	if m.tpotPerRequest != nil && f.OutputTokens > 1 {
-		m.tpotPerRequest.WithLabelValues(l...).Observe(f.DecodeSeconds() / float64(f.OutputTokens-1))
+	if m.tpotPerRequest != nil {
+		// vllm/v1/metrics/stats.py: mean_time_per_output_token is decode ÷ (tokens − 1), and 0
+		// for a request of one token, which is observed all the same.
+		tpot := 0.0
+		if f.OutputTokens > 1 {
+			tpot = f.DecodeSeconds() / float64(f.OutputTokens-1)
+		}
+		m.tpotPerRequest.WithLabelValues(l...).Observe(tpot)
 	}
 	m.promptTokensH.WithLabelValues(l...).Observe(float64(f.PromptTokens))
 	m.genTokensH.WithLabelValues(l...).Observe(float64(f.OutputTokens))

@@ -51,3 +51,31 @@ func TestHandlerNegotiatesLikePrometheusClient(t *testing.T) {
 		}
 	}
 }
+
+// TestPerRequestTPOTObservesOneTokenAnswers: main's vllm:request_time_per_output_token_seconds
+// observes every finished request, a request of one token as 0 (vllm/v1/metrics/stats.py
+// mean_time_per_output_token; vllm/v1/metrics/loggers.py), so its mean is not the gateway's
+// (which has no TPOT for one token) unless those are left out, as servescope does with the le="1"
+// bucket of vllm:request_generation_tokens, observed for the same requests.
+func TestPerRequestTPOTObservesOneTokenAnswers(t *testing.T) {
+	m := NewRelease("m", 4096, func() engine.Gauges { return engine.Gauges{} }, vllmversion.Main)
+	m.RequestFinished(&engine.Finished{Scheduled: 0, FirstToken: 0.1, LastToken: 2.1, OutputTokens: 101, FinishReason: "stop"})
+	m.RequestFinished(&engine.Finished{Scheduled: 0, FirstToken: 0.1, LastToken: 0.1, OutputTokens: 1, FinishReason: "stop"})
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`vllm:request_time_per_output_token_seconds_count{engine="0",model_name="m"} 2`,
+		`vllm:request_time_per_output_token_seconds_sum{engine="0",model_name="m"} 0.02`,
+		`vllm:request_generation_tokens_bucket{engine="0",model_name="m",le="1"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
