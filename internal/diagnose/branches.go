@@ -10,6 +10,7 @@ import (
 // quantity).
 const (
 	BranchQueueOverload        = "queue_overload"
+	BranchKVPressure           = "kv_pressure"
 	BranchLongPrompt           = "long_prompt"
 	BranchLongOutput           = "long_output"
 	BranchGenerationContention = "generation_contention"
@@ -65,6 +66,8 @@ const (
 	ServerErrorMinShare = 0.01
 	// KVLowShare is the KV usage below which the KV cache is not what ran out.
 	KVLowShare = 0.5
+	// KVFullShare is the KV usage that counts as full: the kv_cache_pressure rule's threshold.
+	KVFullShare = 0.95
 	// DefaultMaxNumSeqs is vLLM's default slot limit (--max-num-seqs) for the OpenAI server on GPUs
 	// under 70 GiB and on A100s (larger GPUs default to 1024: get_batch_defaults in
 	// vllm/engine/arg_utils.py on main, _set_default_args_v1 at v0.10).
@@ -101,6 +104,7 @@ func walk(cur, base *Stats, hasBase bool) []Branch {
 	}(base)
 	return []Branch{
 		queueOverload(cur, b),
+		kvPressure(cur, b, hasBase),
 		longPrompt(cur, b, hasBase),
 		longOutput(cur, b, hasBase),
 		generationContention(cur, b, hasBase),
@@ -151,8 +155,18 @@ func queueOverload(cur, base *Stats) Branch {
 	if cur.RunningMax != nil && *cur.RunningMax == DefaultMaxNumSeqs {
 		br.Evidence = append(br.Evidence, fmt.Sprintf("running stops at exactly %d, vLLM's default --max-num-seqs: every slot is taken", DefaultMaxNumSeqs))
 	}
-	if cur.KVMax != nil && *cur.KVMax < KVLowShare {
-		br.Evidence = append(br.Evidence, fmt.Sprintf("KV cache max %s: slots ran out, not KV memory", pct(*cur.KVMax)))
+	switch {
+	case cur.Preemptions != nil && *cur.Preemptions > 0:
+		// Preemption is the direct sign: whatever the gauge's samples showed, the KV cache ran
+		// out between them.
+		br.Evidence = append(br.Evidence, fmt.Sprintf("%s preemptions: the KV cache ran out too (vLLM preempts a running request only when no KV block is free)", count(*cur.Preemptions)))
+		br.Conclusion += "; the KV cache ran out as well (preemptions)"
+	case cur.KVMax != nil && *cur.KVMax < KVLowShare:
+		ev := fmt.Sprintf("KV cache max %s: slots ran out, not KV memory", pct(*cur.KVMax))
+		if cur.Preemptions != nil {
+			ev += " (no preemption)"
+		}
+		br.Evidence = append(br.Evidence, ev)
 	}
 	if cur.RatePerSecond != nil {
 		br.Evidence = append(br.Evidence, "request rate "+vs(cur.RatePerSecond, base.RatePerSecond, perSec))
@@ -163,6 +177,56 @@ func queueOverload(cur, base *Stats) Branch {
 		br.NotRuledOut = "a loss of capacity rather than more load: the arrival rate did not rise, so check the engine's step time and replicas"
 	}
 	br.Action = "limit the load or add machines; watch waiting and queue wait over time"
+	return br
+}
+
+// kvPressure reads KV cache pressure from its direct sign, preemptions: vLLM's scheduler preempts a
+// running request (frees its KV blocks and recomputes it later) exactly when a running request
+// needs a KV block and none is free (vllm/v1/core/sched/scheduler.py). The usage gauge, sampled
+// every few seconds, can miss a cache that fills between samples; without a preemption count it
+// is all there is, and a near-full maximum is then a finding that says so.
+func kvPressure(cur, base *Stats, hasBase bool) Branch {
+	br := Branch{ID: BranchKVPressure, Title: "KV cache pressure (running requests preempted because no KV block was free)"}
+	p, kv := cur.Preemptions, cur.KVMax
+	if p == nil && kv == nil {
+		br.Status = StatusNoData
+		br.Conclusion = "neither preemptions (vllm:num_preemptions_total, the stats line's Preemptions) nor KV cache usage were recorded"
+		return br
+	}
+	if p != nil {
+		ev := "preemptions " + count(*p)
+		if hasBase && base.Preemptions != nil {
+			ev = "preemptions " + vs(p, base.Preemptions, count)
+		}
+		br.Evidence = append(br.Evidence, ev+" ("+cur.PreemptionsSource+")")
+	}
+	if kv != nil {
+		br.Evidence = append(br.Evidence, "KV cache max "+vs(kv, base.KVMax, pctPtr))
+	}
+	if cur.RunningMax != nil {
+		br.Evidence = append(br.Evidence, "running max "+vs(cur.RunningMax, base.RunningMax, count))
+	}
+	switch {
+	case p != nil && *p > 0:
+		br.Status = StatusFinding
+		br.Conclusion = fmt.Sprintf("vLLM preempted %s running requests: the KV cache ran out (preemption is its direct sign); preempted requests are recomputed, which costs throughput and latency", count(*p))
+		if kv != nil && *kv < KVFullShare {
+			br.Conclusion += fmt.Sprintf("; the usage samples (max %s) missed the moments it was full", pct(*kv))
+		}
+		br.NotRuledOut = "a few very long sequences filling the cache rather than the load: compare prompt and output tokens and max_tokens"
+		br.Action = "lower --max-num-seqs or --max-model-len, enable prefix caching, or give the KV cache more memory (--gpu-memory-utilization, more GPUs)"
+	case p != nil:
+		br.Status = StatusClear
+		br.Conclusion = "no preemption: the KV cache never ran out"
+	case *kv >= KVFullShare:
+		br.Status = StatusFinding
+		br.Conclusion = fmt.Sprintf("the KV cache reached %s (preemptions were not recorded, so whether it ran out cannot be told)", pct(*kv))
+		br.NotRuledOut = "a cache that ran full without preempting: only vllm:num_preemptions_total tells"
+		br.Action = "scrape vllm:num_preemptions_total; lower --max-num-seqs or --max-model-len if requests are preempted"
+	default:
+		br.Status = StatusClear
+		br.Conclusion = fmt.Sprintf("KV cache max %s, far from full (preemptions were not recorded)", pct(*kv))
+	}
 	return br
 }
 

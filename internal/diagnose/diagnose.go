@@ -209,6 +209,7 @@ var rowSpecs = []rowSpec{
 	{"running_max", "Running - maximum", func(s *Stats) *float64 { return s.RunningMax }, count},
 	{"waiting_max", "Waiting - maximum", func(s *Stats) *float64 { return s.WaitingMax }, count},
 	{"kv_cache_usage_max", "KV cache - maximum", func(s *Stats) *float64 { return s.KVMax }, pct},
+	{"preemptions", "Preemptions (KV cache ran out)", func(s *Stats) *float64 { return s.Preemptions }, count},
 	{"samples_down", "Failed scrapes (up = 0)", func(s *Stats) *float64 { return u64(s.SamplesDown) }, count},
 	{"share_4xx", "Errors 4xx", func(s *Stats) *float64 { return s.Share4xx }, pct},
 	{"share_5xx", "Errors 5xx", func(s *Stats) *float64 { return s.Share5xx }, pct},

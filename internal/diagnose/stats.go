@@ -106,6 +106,14 @@ type Stats struct {
 	RunningMax *float64 `json:"running_max,omitempty"`
 	WaitingMax *float64 `json:"waiting_max,omitempty"`
 	KVMax      *float64 `json:"kv_cache_usage_max,omitempty"`
+	// Preemptions is how many running requests vLLM preempted in the range (their KV blocks freed,
+	// to be recomputed): the increase of vllm:num_preemptions_total summed over engines, else
+	// what main's stats lines said ("Preemptions: N"). vLLM preempts exactly when a running
+	// request needs a KV block and none is free, so any is the direct sign the KV cache ran out.
+	// Nil when neither recorded it (the counter missing; a log without any "Preemptions:" says 0
+	// only on main); PreemptionsSource names the source.
+	Preemptions       *float64 `json:"preemptions,omitempty"`
+	PreemptionsSource string   `json:"preemptions_source,omitempty"`
 	// Samples counts engine scrapes; SamplesDown those that failed (up = 0), the first at FirstDown
 	// on DownEngine.
 	Samples     uint64     `json:"samples"`
@@ -157,7 +165,7 @@ type Stats struct {
 // Empty reports whether no table held a record for the range.
 func (s *Stats) Empty() bool {
 	return s.Requests == 0 && s.Samples == 0 && s.RetrievalN == 0 && s.ScriptChecked == 0 &&
-		s.OOMLines == 0 && s.ExceptionLines == 0 && len(s.Versions) == 0
+		s.OOMLines == 0 && s.ExceptionLines == 0 && len(s.Versions) == 0 && s.Preemptions == nil
 }
 
 // histogramNames maps vLLM V1 histogram names (without "vllm:") to the Stats key whose mean
@@ -222,7 +230,7 @@ const readConcurrency = 3
 func collectWith(ctx context.Context, conn driver.Conn, r Range, model string, records func(*Stats) []reader) (Stats, error) {
 	s := Stats{Sources: map[string]string{}}
 	pctx := params(ctx, r, model)
-	reads := append(records(&s), s.readSamples, s.readCrash)
+	reads := append(records(&s), s.readSamples, s.readCrash, s.readPreemptions)
 	fns := make([]func() error, len(reads))
 	for i, read := range reads {
 		fns[i] = func() error { return read(pctx, conn) }
@@ -232,6 +240,9 @@ func collectWith(ctx context.Context, conn driver.Conn, r Range, model string, r
 	}
 	s.noteSample(s.scriptFactor)
 	s.noteSample(s.versionsFactor)
+	if s.PreemptionsSource != "" {
+		s.Sources["preemptions"] = s.PreemptionsSource
+	}
 	// The request count: the gateway's records by status code (exact), else the engine's.
 	for _, n := range s.StatusCodes {
 		s.Requests += n
@@ -434,6 +445,22 @@ func (s *Stats) readSamples(ctx context.Context, conn driver.Conn) error {
 	if s.SamplesDown > 0 {
 		fd := firstDown.UTC()
 		s.FirstDown = &fd
+	}
+	return nil
+}
+
+// readPreemptions reads the range's preemptions: the engines' counter, else the log's stats lines
+// (which count one only where they printed it).
+func (s *Stats) readPreemptions(ctx context.Context, conn driver.Conn) error {
+	var fromSamples, fromLogs *float64
+	if err := conn.QueryRow(ctx, query("preemptions")).Scan(&fromSamples, &fromLogs); err != nil {
+		return fmt.Errorf("read preemptions from engine_samples and engine_logs: %w", err)
+	}
+	switch {
+	case fromSamples != nil:
+		s.Preemptions, s.PreemptionsSource = fromSamples, "engine_samples (vllm:num_preemptions_total)"
+	case fromLogs != nil && *fromLogs > 0:
+		s.Preemptions, s.PreemptionsSource = fromLogs, "engine_logs (the stats lines' Preemptions)"
 	}
 	return nil
 }
