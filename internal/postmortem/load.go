@@ -100,9 +100,9 @@ func loadLines(ctx context.Context, conn driver.Conn, engine string, from, to ti
 	var out []schema.EngineLog
 	for rows.Next() {
 		var l schema.EngineLog
-		if err := rows.Scan(&l.TS, &l.Engine, &l.Source, &l.Offset, &l.Line, &l.Level, &l.Process, &l.Logger, &l.EngineIndex, &l.Message,
+		if err := rows.Scan(&l.TS, &l.Engine, &l.Source, &l.Offset, &l.Line, &l.Level, &l.Process, &l.Logger, &l.EngineIndex, &l.Engines, &l.Message,
 			&l.PromptThroughputTPS, &l.GenerationThroughputTPS, &l.Running, &l.Waiting, &l.KVCacheUsagePerc,
-			&l.PrefixCacheHitRate, &l.ExceptionType, &l.OOMBytesRequested, &l.OOMTotalCapacityBytes,
+			&l.PrefixCacheHitRate, &l.Preemptions, &l.ExceptionType, &l.OOMBytesRequested, &l.OOMTotalCapacityBytes,
 			&l.OOMFreeBytes, &l.Frames); err != nil {
 			return nil, fmt.Errorf("scan a line of engine %s from engine_logs: %w", engine, err)
 		}
@@ -114,6 +114,39 @@ func loadLines(ctx context.Context, conn driver.Conn, engine string, from, to ti
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read the log of engine %s from engine_logs: %w", engine, err)
+	}
+	return out, nil
+}
+
+// LoadSamples reads the /metrics samples of engine (the collector's name for the engine: its
+// scrape target, "<name>#<index>" for each engine of a data-parallel server) taken while lines
+// were written, up to the last line, by engine index (vLLM's `engine` label, "" for V0's
+// unlabelled series): the dead engine's own running count and KV usage when its log gives only
+// several engines' sum ([Options.Samples]). Nothing when engine has no samples under that name.
+func LoadSamples(ctx context.Context, conn driver.Conn, engine string, lines []schema.EngineLog) (map[string][]SamplePoint, error) {
+	if len(lines) == 0 {
+		return nil, nil
+	}
+	from, to := lines[0].TS, lines[len(lines)-1].TS
+	rows, err := conn.Query(chstore.WithParams(ctx, map[string]string{
+		"engine": engine, "from_us": strconv.FormatInt(from.UnixMicro(), 10), "to_us": strconv.FormatInt(to.UnixMicro(), 10),
+	}), query("samples"))
+	if err != nil {
+		return nil, fmt.Errorf("read the samples of engine %s from engine_samples: %w", engine, err)
+	}
+	defer rows.Close()
+	out := map[string][]SamplePoint{}
+	for rows.Next() {
+		var idx string
+		var p SamplePoint
+		if err := rows.Scan(&idx, &p.TS, &p.Running, &p.KVCacheUsagePerc); err != nil {
+			return nil, fmt.Errorf("scan a sample of engine %s: %w", engine, err)
+		}
+		p.TS = p.TS.UTC()
+		out[idx] = append(out[idx], p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the samples of engine %s from engine_samples: %w", engine, err)
 	}
 	return out, nil
 }

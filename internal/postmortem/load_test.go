@@ -23,8 +23,8 @@ import (
 func insertLogs(t *testing.T, ctx context.Context, conn driver.Conn, lines []schema.EngineLog) {
 	t.Helper()
 	b, err := conn.PrepareBatch(ctx, `INSERT INTO engine_logs (event_id, ts, engine, source, offset, line, level, process, logger,
-		message, prompt_throughput_tps, generation_throughput_tps, running, waiting, kv_cache_usage_perc, prefix_cache_hit_rate,
-		exception_type, oom_bytes_requested, oom_total_capacity_bytes, oom_free_bytes, frames)`)
+		engine_index, engines, message, prompt_throughput_tps, generation_throughput_tps, running, waiting, kv_cache_usage_perc,
+		prefix_cache_hit_rate, preemptions, exception_type, oom_bytes_requested, oom_total_capacity_bytes, oom_free_bytes, frames)`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,8 +34,8 @@ func insertLogs(t *testing.T, ctx context.Context, conn driver.Conn, lines []sch
 			frames = []string{}
 		}
 		if err := b.Append(fmt.Sprintf("%s-%d-%d", l.Engine, l.TS.UnixNano(), i), l.TS, l.Engine, l.Source, l.Offset, l.Line,
-			l.Level, l.Process, l.Logger, l.Message, l.PromptThroughputTPS, l.GenerationThroughputTPS, l.Running, l.Waiting,
-			l.KVCacheUsagePerc, l.PrefixCacheHitRate, l.ExceptionType, l.OOMBytesRequested, l.OOMTotalCapacityBytes,
+			l.Level, l.Process, l.Logger, l.EngineIndex, l.Engines, l.Message, l.PromptThroughputTPS, l.GenerationThroughputTPS, l.Running, l.Waiting,
+			l.KVCacheUsagePerc, l.PrefixCacheHitRate, l.Preemptions, l.ExceptionType, l.OOMBytesRequested, l.OOMTotalCapacityBytes,
 			l.OOMFreeBytes, frames); err != nil {
 			t.Fatal(err)
 		}
@@ -161,5 +161,57 @@ func TestVLLMSimCrashLog(t *testing.T) {
 				t.Errorf("last KV = %v", *last.KVCacheUsagePerc)
 			}
 		})
+	}
+}
+
+// TestDataParallelCrashFromClickHouse: a data-parallel server's log with only aggregated stats
+// lines in engine_logs, and its /metrics in engine_samples as the collector writes them (one
+// sample per engine core, '<engine>#<index>', engine_index the label): the postmortem reads engine
+// 1's own running count from its samples, never engine 0's or the aggregated sum.
+func TestDataParallelCrashFromClickHouse(t *testing.T) {
+	t.Parallel()
+	conn, _ := testenv.ClickHouse(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Second)
+	lines := shift(readLog(t, "main_dp2_aggregated.log"), start, "vllm-dp")
+	insertLogs(t, ctx, conn, lines)
+	death := lines[len(lines)-1].TS
+	b, err := conn.PrepareBatch(ctx, `INSERT INTO engine_samples (event_id, ts, engine, model, engine_index, engines, up,
+		num_requests_running, kv_cache_usage_perc)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := uint16(2)
+	for k := range 5 {
+		ts := death.Add(time.Duration(k-4) * 15 * time.Second) // the last at the death
+		for idx, running := range map[string]float64{"0": 200, "1": 186 + float64(k)} {
+			if err := b.Append(fmt.Sprintf("s-%s-%d", idx, k), ts, "vllm-dp#"+idx, "Qwen/Qwen2.5-7B-Instruct-AWQ", idx, &two, true,
+				running, 0.3); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+	loaded, model, err := postmortem.Load(ctx, conn, "vllm-dp", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples, err := postmortem.LoadSamples(ctx, conn, "vllm-dp", loaded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(samples["0"]) != 5 || len(samples["1"]) != 5 {
+		t.Fatalf("samples by engine: %d of engine 0, %d of engine 1, want 5 each", len(samples["0"]), len(samples["1"]))
+	}
+	rep := postmortem.Analyze(loaded, postmortem.Options{Model: model, Samples: samples})
+	if a := rep.Arithmetic; rep.Verdict != postmortem.VerdictTypeOne || a == nil || a.Running != 190 || a.RunningSource != "engine's /metrics sample" {
+		t.Fatalf("verdict %q arithmetic %+v, want type one from engine 1's 190", rep.Verdict, rep.Arithmetic)
+	}
+	// Without the samples the same log says what it lacks.
+	if rep := postmortem.Analyze(loaded, postmortem.Options{Model: model}); rep.Verdict != postmortem.VerdictCannotTell {
+		t.Errorf("without samples: verdict %q, want %q", rep.Verdict, postmortem.VerdictCannotTell)
 	}
 }

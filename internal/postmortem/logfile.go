@@ -46,6 +46,7 @@ func fromRecord(rec vllmlog.Record, raw, engine, source string, offset uint64) s
 	if s := rec.Stats; s != nil {
 		l.PromptThroughputTPS, l.GenerationThroughputTPS = s.PromptThroughputTPS, s.GenerationThroughputTPS
 		l.Running, l.Waiting, l.KVCacheUsagePerc, l.PrefixCacheHitRate = s.Running, s.Waiting, s.KVCacheUsagePerc, s.PrefixCacheHitRate
+		l.Preemptions, l.Engines = s.Preemptions, s.Engines()
 	}
 	if o := rec.OOM; o != nil {
 		l.OOMBytesRequested, l.OOMTotalCapacityBytes, l.OOMFreeBytes = o.BytesRequested, o.TotalCapacityBytes, o.FreeBytes

@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +31,11 @@ const (
 	VerdictTypeOne     = "activation-sized temporary (type one limit)"
 	VerdictKVExhausted = "KV cache exhausted"
 	VerdictUnexplained = "unexplained"
+	// VerdictCannotTell is the verdict when the numbers the arithmetic needs are not the dead
+	// engine's own: no running count of it in the log or its /metrics (a data-parallel server
+	// whose stats lines aggregate several engines, or a log without stats lines). The report says
+	// which it lacks; it never multiplies another engine's count or a sum of several.
+	VerdictCannotTell = "cannot tell"
 )
 
 // Tolerances of the arithmetic check.
@@ -57,6 +64,19 @@ type Options struct {
 	VocabSize int
 	// Model names the served model when the log does not (e.g. from engine_samples).
 	Model string
+	// Samples are the engines' /metrics samples around the death by engine index (vLLM's
+	// `engine` label; "" for V0), from [LoadSamples]: the running count and KV usage of the engine
+	// that died when its log has none of its own (a data-parallel server logging with
+	// --aggregate-engine-logging writes only the engines' sum).
+	Samples map[string][]SamplePoint
+}
+
+// SamplePoint is one /metrics sample of one engine: vllm:num_requests_running and
+// vllm:kv_cache_usage_perc (a fraction).
+type SamplePoint struct {
+	TS               time.Time `json:"ts"`
+	Running          *float64  `json:"running,omitempty"`
+	KVCacheUsagePerc *float64  `json:"kv_cache_usage_perc,omitempty"`
 }
 
 // StatsPoint is one periodic stats line.
@@ -68,6 +88,13 @@ type StatsPoint struct {
 	KVCacheUsagePerc *float64 `json:"kv_cache_usage_perc,omitempty"`
 	// Dump is true for the scheduler state vLLM dumped at the failing step (not a periodic line).
 	Dump bool `json:"scheduler_dump,omitempty"`
+	// Engines is N for a line that aggregates N data-parallel engines ("N Engines Aggregated:",
+	// --aggregate-engine-logging): its Running and Waiting are sums over them and its KV usage
+	// their mean, never one engine's. Such lines are in the timeline as context only. 0 for a
+	// line about one engine.
+	Engines int `json:"aggregated_engines,omitempty"`
+	// Metrics is true for a point from the engine's /metrics samples rather than its log.
+	Metrics bool `json:"from_metrics,omitempty"`
 }
 
 // LastWords is the fatal line.
@@ -88,7 +115,8 @@ type Arithmetic struct {
 	Vocab       int    `json:"vocab_size"`
 	VocabSource string `json:"vocab_source"`
 	// Running is the count multiplied: the scheduler state vLLM dumped at the failing step when
-	// the log has it, else the last stats line's; RunningSource says which. LastStatsTS is that
+	// the log has it, else the last stats line's, else the last /metrics sample's of the engine
+	// that died; RunningSource says which. LastStatsTS is that
 	// line's time and StatsAgeSeconds how long before the death it was printed.
 	Running         uint32    `json:"running"`
 	RunningSource   string    `json:"running_source"`
@@ -138,8 +166,11 @@ type Report struct {
 	GPUMemoryUtilization string `json:"gpu_memory_utilization,omitempty"`
 	MaxNumSeqs           string `json:"max_num_seqs,omitempty"`
 	// EngineIndex is the data-parallel engine that died ("" when the log does not tell); the
-	// timeline then holds that engine's stats lines only.
+	// timeline then holds that engine's stats lines only, and lines aggregating several engines
+	// as context. Engines is how many engines the log's stats lines describe (1 without data
+	// parallelism).
 	EngineIndex string       `json:"engine_index,omitempty"`
+	Engines     int          `json:"engines,omitempty"`
 	Timeline    []StatsPoint `json:"timeline"`
 	LastWords   *LastWords   `json:"last_words,omitempty"`
 	// Frames are the innermost project frames, innermost last; CodeLine is the innermost frame's
@@ -173,7 +204,7 @@ func Analyze(lines []schema.EngineLog, opts Options) Report {
 	}
 	death := findDeath(lines, opts.At)
 	if death < 0 {
-		rep.Timeline = timeline(lines, len(lines), "")
+		rep.Timeline = timeline(lines, len(lines), "", false)
 		return rep
 	}
 	rep.Crashed = true
@@ -181,7 +212,15 @@ func Analyze(lines []schema.EngineLog, opts Options) Report {
 	rep.LastWords = &LastWords{TS: d.TS, Process: d.Process, Exception: d.ExceptionType, Message: msgOf(d),
 		BytesRequested: d.OOMBytesRequested, CapacityBytes: d.OOMTotalCapacityBytes, FreeBytes: d.OOMFreeBytes}
 	rep.EngineIndex = lineEngine(d)
-	rep.Timeline = timeline(lines, death, rep.EngineIndex)
+	rep.Engines = enginesIn(lines, death)
+	rep.Timeline = timeline(lines, death, rep.EngineIndex, rep.Engines > 1)
+	if rep.Engines > 1 || len(opts.Samples) > 1 {
+		rep.Timeline = rep.withSamples(opts.Samples[rep.EngineIndex])
+	} else if len(opts.Samples) == 1 {
+		for _, pts := range opts.Samples {
+			rep.Timeline = rep.withSamples(pts)
+		}
+	}
 	rep.Frames = d.Frames
 	if len(rep.Frames) == 0 {
 		rep.Frames = framesBefore(lines, death)
@@ -277,30 +316,122 @@ func findDeath(lines []schema.EngineLog, at time.Time) int {
 }
 
 // timeline returns the last timelineLen stats lines before index end (the scheduler dump at the
-// failing step included). With engine set (the engine that died), the lines of other engines
-// are left out, and so are lines aggregating several engines when the engine's own exist.
-func timeline(lines []schema.EngineLog, end int, engine string) []StatsPoint {
-	own := false
-	if engine != "" {
-		for i := 0; i < end; i++ {
-			if isStats(&lines[i]) && lineEngine(&lines[i]) == engine {
-				own = true
-				break
-			}
-		}
-	}
-	out := []StatsPoint{}
-	for i := end - 1; i >= 0 && len(out) < timelineLen; i-- {
+// failing step included). In a log of one engine that is every stats line. In a log of several
+// data-parallel engines (multi), a line is the dead engine's own when it names that engine (its
+// "Engine 00N:" line, its engine core's scheduler dump); lines aggregating several engines are
+// kept as context (StatsPoint.Engines), other engines' lines left out. When the death does not
+// say which engine died, only the scheduler dump printed just before it (by the dying engine
+// core, in the same burst) is its own.
+func timeline(lines []schema.EngineLog, end int, engine string, multi bool) []StatsPoint {
+	var own, agg []StatsPoint
+	ownRunning := false
+	for i := end - 1; i >= 0 && len(own) < timelineLen; i-- {
 		l := &lines[i]
-		if !isStats(l) || (own && lineEngine(l) != engine) {
+		if !isStats(l) {
 			continue
 		}
-		out = append(out, StatsPoint{TS: l.TS, Running: l.Running, Waiting: l.Waiting, KVCacheUsagePerc: l.KVCacheUsagePerc,
-			Dump: strings.HasPrefix(msgOf(l), "Dumping scheduler stats")})
+		p := StatsPoint{TS: l.TS, Running: l.Running, Waiting: l.Waiting, KVCacheUsagePerc: l.KVCacheUsagePerc,
+			Dump: strings.HasPrefix(msgOf(l), "Dumping scheduler stats"), Engines: aggregatedEngines(l)}
+		if p.Engines > 0 {
+			if len(agg) < timelineLen {
+				agg = append(agg, p)
+			}
+			continue
+		}
+		if multi {
+			mine := engine != "" && lineEngine(l) == engine
+			if engine == "" {
+				mine = p.Dump && lines[end].TS.Sub(l.TS) <= burstGap && l.Process == lines[end].Process
+			}
+			if !mine {
+				continue
+			}
+		}
+		own = append(own, p)
+		ownRunning = ownRunning || p.Running != nil
 	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
+	// Collected newest first: back to file order before merging, so lines of one second keep it.
+	slices.Reverse(own)
+	slices.Reverse(agg)
+	out := own
+	if !ownRunning {
+		// Without a count of its own, the aggregated lines are the context the reasoning bounds
+		// the dead engine's numbers with.
+		out = append(own, agg...)
 	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].TS.Before(out[j].TS) })
+	if len(out) > timelineLen {
+		out = out[len(out)-timelineLen:]
+	}
+	if out == nil {
+		out = []StatsPoint{}
+	}
+	return out
+}
+
+var aggregatedRE = regexp.MustCompile(`^(\d+) Engines Aggregated: `)
+
+// aggregatedEngines is N for a stats line aggregating N engines (its engines column, or for rows
+// stored before it, the message), 0 for a line about one engine.
+func aggregatedEngines(l *schema.EngineLog) int {
+	if l.Engines != nil {
+		if *l.Engines > 1 {
+			return int(*l.Engines)
+		}
+		return 0
+	}
+	if m := aggregatedRE.FindStringSubmatch(msgOf(l)); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		if n > 1 {
+			return n
+		}
+	}
+	return 0
+}
+
+// enginesIn is how many engines the stats lines before index end describe: the most any
+// aggregated line names, or the distinct engines the lines name; 1 when they name none.
+func enginesIn(lines []schema.EngineLog, end int) int {
+	n := 1
+	seen := map[string]bool{}
+	for i := 0; i < end; i++ {
+		l := &lines[i]
+		if !isStats(l) {
+			continue
+		}
+		if a := aggregatedEngines(l); a > 0 {
+			n = max(n, a)
+			continue
+		}
+		if e := lineEngine(l); e != "" {
+			seen[e] = true
+		}
+	}
+	return max(n, len(seen))
+}
+
+// withSamples adds the dead engine's /metrics samples before the death to a timeline that has
+// no running count of that engine's own: they are its own numbers, where an aggregated line's
+// are not.
+func (r *Report) withSamples(pts []SamplePoint) []StatsPoint {
+	for _, p := range r.Timeline {
+		if p.Engines == 0 && p.Running != nil {
+			return r.Timeline
+		}
+	}
+	var add []StatsPoint
+	for _, p := range pts {
+		if p.TS.After(r.LastWords.TS) || p.Running == nil || *p.Running < 0 {
+			continue
+		}
+		n := uint32(math.Round(*p.Running))
+		add = append(add, StatsPoint{TS: p.TS, Running: &n, KVCacheUsagePerc: p.KVCacheUsagePerc, Metrics: true})
+	}
+	if len(add) > timelineLen {
+		add = add[len(add)-timelineLen:]
+	}
+	out := append(append([]StatsPoint{}, r.Timeline...), add...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].TS.Before(out[j].TS) })
 	return out
 }
 
@@ -403,12 +534,25 @@ func codeLineBefore(lines []schema.EngineLog, death int, frames []string) string
 // the stack.
 func (r *Report) explain(opts Options) {
 	lw := r.LastWords
+	// The dead engine's own points: its stats lines, its scheduler dump, its /metrics samples;
+	// never a line aggregating several engines.
 	var lastKV *float64
 	var last, prev *StatsPoint
+	var agg *StatsPoint
+	kvFrom := "the last stats line"
 	for i := len(r.Timeline) - 1; i >= 0; i-- {
 		p := &r.Timeline[i]
+		if p.Engines > 0 {
+			if agg == nil {
+				agg = p
+			}
+			continue
+		}
 		if lastKV == nil && p.KVCacheUsagePerc != nil {
 			lastKV = p.KVCacheUsagePerc
+			if p.Metrics {
+				kvFrom = "its last /metrics sample"
+			}
 		}
 		if p.Running != nil {
 			if last == nil {
@@ -418,14 +562,28 @@ func (r *Report) explain(opts Options) {
 			}
 		}
 	}
+	who := "the engine"
+	if r.Engines > 1 {
+		who = "engine " + orUnknownEngine(r.EngineIndex)
+	}
 	kvFull := lastKV != nil && *lastKV >= KVFullShare
 	switch {
+	case lastKV == nil && agg != nil && agg.KVCacheUsagePerc != nil:
+		// The aggregated line's usage is the engines' mean: the dead engine's is at most N times it.
+		bound := math.Min(1, float64(agg.Engines)**agg.KVCacheUsagePerc)
+		if bound < KVFullShare {
+			r.Reasoning = append(r.Reasoning, fmt.Sprintf("KV cache: the log gives only the mean of %d engines (%s at %s, --aggregate-engine-logging), which bounds %s's usage at %s: not full, so the KV cache is not the suspect",
+				agg.Engines, pct(*agg.KVCacheUsagePerc), agg.TS.Format(time.TimeOnly), who, pct(bound)))
+		} else {
+			r.Reasoning = append(r.Reasoning, fmt.Sprintf("KV cache: the log gives only the mean of %d engines (%s at %s, --aggregate-engine-logging); %s's own usage could be up to %s, so the KV cache cannot be removed from the suspects",
+				agg.Engines, pct(*agg.KVCacheUsagePerc), agg.TS.Format(time.TimeOnly), who, pct(bound)))
+		}
 	case lastKV == nil:
-		r.Reasoning = append(r.Reasoning, "KV cache: no stats line before the death gives its usage, so it cannot be removed from the suspects")
+		r.Reasoning = append(r.Reasoning, fmt.Sprintf("KV cache: no stats line before the death gives %s's usage, so it cannot be removed from the suspects", who))
 	case kvFull:
-		r.Reasoning = append(r.Reasoning, fmt.Sprintf("KV cache: %s in use at the last stats line: the KV cache was full", pct(*lastKV)))
+		r.Reasoning = append(r.Reasoning, fmt.Sprintf("KV cache: %s in use at %s: the KV cache was full", pct(*lastKV), kvFrom))
 	default:
-		r.Reasoning = append(r.Reasoning, fmt.Sprintf("KV cache: only %s in use at the last stats line: that alone removes the KV cache from the suspects", pct(*lastKV)))
+		r.Reasoning = append(r.Reasoning, fmt.Sprintf("KV cache: only %s in use at %s: that alone removes the KV cache from the suspects", pct(*lastKV), kvFrom))
 	}
 	if !isOOM(&schema.EngineLog{OOMBytesRequested: lw.BytesRequested, ExceptionType: lw.Exception, Message: lw.Message}) {
 		r.Verdict = VerdictUnexplained
@@ -446,11 +604,7 @@ func (r *Report) explain(opts Options) {
 	req := int64(*lw.BytesRequested)
 	r.Reasoning = append(r.Reasoning, r.capacityText())
 	if last == nil {
-		r.Verdict = VerdictUnexplained
-		r.Reasoning = append(r.Reasoning, fmt.Sprintf("it died asking for %s, but no stats line before the death gives the running count to multiply", FormatSize(req)))
-		r.stackReasoning()
-		r.NotRuledOut = "a logits-sized temporary: the running count is unknown"
-		r.Fix = []string{"keep the engine's periodic stats lines in the log (they give running, waiting, KV)"}
+		r.cannotTell(opts, req, agg, who)
 		return
 	}
 	a := r.arithmetic(opts, req, last, prev)
@@ -470,11 +624,18 @@ func (r *Report) explain(opts Options) {
 	}
 	r.Reasoning = append(r.Reasoning, product)
 	said := fmt.Sprintf("last line %.0f s earlier said %d", a.StatsAgeSeconds, a.Running)
-	if last.Dump {
+	switch {
+	case last.Dump:
 		said = fmt.Sprintf("the scheduler state vLLM dumped at the failing step said %d", a.Running)
+	case last.Metrics:
+		said = fmt.Sprintf("%s's vllm:num_requests_running %.0f s earlier said %d", who, a.StatsAgeSeconds, a.Running)
 	}
-	r.Reasoning = append(r.Reasoning, fmt.Sprintf("solved the other way: %s is that tensor for %d–%d running sequences; the log allows %d–%d at the moment of death (%s, widened by max(%d, %.0f%%) for the requests that came and went)",
-		FormatSize(req), a.ImpliedMin, a.ImpliedMax, a.ExpectedMin, a.ExpectedMax, said, RunningSlackMin, 100*RunningSlackShare))
+	allows := "the log allows"
+	if last.Metrics {
+		allows = "its /metrics allow"
+	}
+	r.Reasoning = append(r.Reasoning, fmt.Sprintf("solved the other way: %s is that tensor for %d–%d running sequences; %s %d–%d at the moment of death (%s, widened by max(%d, %.0f%%) for the requests that came and went)",
+		FormatSize(req), a.ImpliedMin, a.ImpliedMax, allows, a.ExpectedMin, a.ExpectedMax, said, RunningSlackMin, 100*RunningSlackShare))
 	for _, o := range a.Others {
 		verb := "does not match"
 		if o.Match {
@@ -512,6 +673,52 @@ func (r *Report) explain(opts Options) {
 		r.NotRuledOut = "a tensor of another shape or dtype than the statement's (several rows per sequence, a prompt-logprobs batch): compare the implied count with the running count"
 		r.Fix = []string{"no fix follows from the arithmetic: read the innermost frames; re-run the load with a smaller --max-num-seqs and see whether the size follows the batch"}
 	}
+}
+
+// cannotTell explains a death whose engine's own running count is missing: no stats line, no
+// scheduler dump and no /metrics sample of the engine that died. An aggregated line's count is
+// the sum over the engines: the bytes are checked against it only as an upper bound.
+func (r *Report) cannotTell(opts Options, req int64, agg *StatsPoint, who string) {
+	r.Verdict = VerdictCannotTell
+	switch {
+	case agg != nil && agg.Running != nil:
+		r.Reasoning = append(r.Reasoning, fmt.Sprintf("it died asking for %s, but the log has no running count of %s's own: its stats lines aggregate %d engines (--aggregate-engine-logging), Running %d at %s is their sum, and there is no scheduler dump of %s nor a /metrics sample of it",
+			FormatSize(req), who, agg.Engines, *agg.Running, agg.TS.Format(time.TimeOnly), who))
+		vocab, _ := VocabSize(opts.VocabSize, r.Model)
+		if t := r.allocations()[0]; t.ElementBytes > 0 {
+			cols := int64(vocab)
+			if t.VocabPlusOne {
+				cols++
+			}
+			if lo, hi, ok := ImpliedRunning(req, cols*int64(t.ElementBytes)); ok {
+				verb := fmt.Sprintf("within the %d the engines ran together, so not excluded", *agg.Running)
+				if lo > int(*agg.Running)+RunningSlackMin {
+					verb = fmt.Sprintf("more than the %d all the engines ran together: not this tensor", *agg.Running)
+				}
+				r.Reasoning = append(r.Reasoning, fmt.Sprintf("%s would be %s (%s) for %d–%d running sequences on one engine: %s", FormatSize(req), t.Tensor, t.DType, lo, hi, verb))
+			}
+		}
+		r.NotRuledOut = fmt.Sprintf("an activation-sized temporary of %s's batch: confirming it needs that engine's own running count", who)
+		r.Fix = []string{
+			"log each engine's stats lines (drop --aggregate-engine-logging), or let the collector scrape /metrics, whose engine label gives each engine's running count; the engine core's scheduler dump at the failing step gives it too",
+		}
+	case r.Engines > 1 && r.EngineIndex == "":
+		r.Reasoning = append(r.Reasoning, fmt.Sprintf("it died asking for %s, but the log holds the stats lines of %d engines and the death does not say which engine died, so no running count is its own", FormatSize(req), r.Engines))
+		r.NotRuledOut = "an activation-sized temporary of the dead engine's batch"
+		r.Fix = []string{"keep vLLM's process prefix on the log lines ((EngineCore_DPn pid=...), the default from 0.10), which names the engine that died"}
+	default:
+		r.Reasoning = append(r.Reasoning, fmt.Sprintf("it died asking for %s, but no stats line before the death gives %s's running count to multiply", FormatSize(req), who))
+		r.NotRuledOut = "a logits-sized temporary: the running count is unknown"
+		r.Fix = []string{"keep the engine's periodic stats lines in the log (they give running, waiting, KV), or scrape its /metrics"}
+	}
+	r.stackReasoning()
+}
+
+func orUnknownEngine(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
 }
 
 func orUnknown(s string) string {
@@ -564,8 +771,11 @@ func (r *Report) arithmetic(opts Options, req int64, last, prev *StatsPoint) *Ar
 	vocab, src := VocabSize(opts.VocabSize, r.Model)
 	a := &Arithmetic{Vocab: vocab, VocabSource: src, Running: *last.Running, LastStatsTS: last.TS,
 		StatsAgeSeconds: r.LastWords.TS.Sub(last.TS).Seconds(), RunningSource: "stats line"}
-	if last.Dump {
+	switch {
+	case last.Dump:
 		a.RunningSource = "scheduler state at the failing step"
+	case last.Metrics:
+		a.RunningSource = "engine's /metrics sample"
 	}
 	lo, hi := float64(a.Running), float64(a.Running)
 	if !last.Dump && prev != nil && last.TS.After(prev.TS) && a.StatsAgeSeconds > 0 {

@@ -183,6 +183,72 @@ func TestBinCountsInt64(t *testing.T) {
 	}
 }
 
+// TestDataParallelOwnNumbers: a data-parallel server (main, --data-parallel-size 2) logging with
+// --aggregate-engine-logging writes only "2 Engines Aggregated:" stats lines, whose Running is the
+// sum over both engines (vllm/v1/metrics/loggers.py AggregatedLoggingStatLogger); engine 1 dies
+// allocating its bin counts, 222.00 MiB = 190 sequences × 152,065 × 8 bytes. The dead engine's
+// own numbers explain it; the sum never does (390 running would be "unexplained"), and without
+// them the report says which it lacks.
+func TestDataParallelOwnNumbers(t *testing.T) {
+	hasReason := func(rep postmortem.Report, s string) bool { return strings.Contains(strings.Join(rep.Reasoning, "\n"), s) }
+	t.Run("with the engine core's scheduler dump", func(t *testing.T) {
+		// vLLM prints it at the failing step (vllm/v1/engine/core.py log_error_detail →
+		// vllm/logging_utils/dump_input.py), from the dying engine core's process.
+		rep := analyzeFile(t, "main_dp2_aggregated_dump.log", postmortem.Options{})
+		checkGolden(t, "main_dp2_aggregated_dump.log", rep)
+		if a := rep.Arithmetic; rep.Verdict != postmortem.VerdictTypeOne || rep.EngineIndex != "1" || rep.Engines != 2 || a == nil ||
+			a.Running != 190 || a.RunningSource != "scheduler state at the failing step" || !a.Match {
+			t.Fatalf("verdict %q engine %q of %d, arithmetic %+v", rep.Verdict, rep.EngineIndex, rep.Engines, rep.Arithmetic)
+		}
+		for _, p := range rep.Timeline {
+			if p.Engines > 0 {
+				t.Errorf("the timeline holds an aggregated line beside the engine's own numbers: %+v", p)
+			}
+		}
+	})
+	t.Run("only the aggregated lines", func(t *testing.T) {
+		// The same log without the dump: the log has no running count of engine 1.
+		rep := analyzeFile(t, "main_dp2_aggregated.log", postmortem.Options{})
+		checkGolden(t, "main_dp2_aggregated.log", rep)
+		if rep.Verdict != postmortem.VerdictCannotTell || rep.Arithmetic != nil || rep.EngineIndex != "1" || rep.Engines != 2 {
+			t.Fatalf("verdict %q, arithmetic %+v, engine %q of %d; want cannot tell, no multiplication", rep.Verdict, rep.Arithmetic, rep.EngineIndex, rep.Engines)
+		}
+		for _, want := range []string{
+			"Running 390 at 09:01:10 is their sum",
+			"190–191 running sequences on one engine: within the 390 the engines ran together, so not excluded",
+			"bounds engine 1's usage at 47.2%: not full",
+		} {
+			if !hasReason(rep, want) {
+				t.Errorf("reasoning lacks %q:\n%s", want, strings.Join(rep.Reasoning, "\n"))
+			}
+		}
+		if !strings.Contains(strings.Join(rep.Fix, " "), "--aggregate-engine-logging") {
+			t.Errorf("fix %q does not say how to get the engine's own numbers", rep.Fix)
+		}
+	})
+	t.Run("only the aggregated lines, and the engines' /metrics", func(t *testing.T) {
+		// The collector scraped /metrics every 15 s: engine 1's vllm:num_requests_running (its
+		// engine="1" series) is its own count, engine 0's is not.
+		at := func(s int) time.Time { return time.Date(2026, 12, 1, 9, 0, s, 0, time.UTC).AddDate(-1, 0, 0) }
+		pt := func(s int, running, kv float64) postmortem.SamplePoint {
+			return postmortem.SamplePoint{TS: at(s), Running: &running, KVCacheUsagePerc: &kv}
+		}
+		samples := map[string][]postmortem.SamplePoint{
+			"0": {pt(50, 196, 0.159), pt(65, 197, 0.16), pt(80, 200, 0.16)},
+			"1": {pt(50, 171, 0.28), pt(65, 184, 0.30), pt(80, 189, 0.312), pt(95, 189, 0.312)}, // the last after the death: frozen values
+		}
+		rep := analyzeFile(t, "main_dp2_aggregated.log", postmortem.Options{Samples: samples})
+		checkGolden(t, "main_dp2_aggregated_metrics.log", rep)
+		if a := rep.Arithmetic; rep.Verdict != postmortem.VerdictTypeOne || a == nil || a.Running != 189 ||
+			a.RunningSource != "engine's /metrics sample" || !a.Match {
+			t.Fatalf("verdict %q, arithmetic %+v", rep.Verdict, rep.Arithmetic)
+		}
+		if !hasReason(rep, "only 31.2% in use at its last /metrics sample") {
+			t.Errorf("KV read from engine 1's own gauge: %q", rep.Reasoning)
+		}
+	})
+}
+
 func withSource(r postmortem.Report, src string) postmortem.Report {
 	r.Source = src
 	return r

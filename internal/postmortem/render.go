@@ -25,16 +25,26 @@ func (r *Report) WriteText(w io.Writer) error {
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
-	if r.EngineIndex != "" {
+	switch {
+	case r.EngineIndex != "" && r.Engines > 1:
+		fmt.Fprintf(&b, "engine %s of the server's %d died (its own numbers below)\n", r.EngineIndex, r.Engines)
+	case r.EngineIndex != "":
 		fmt.Fprintf(&b, "engine %s of the server died (its own stats lines below)\n", r.EngineIndex)
+	case r.Engines > 1:
+		fmt.Fprintf(&b, "one of the server's %d engines died; the log does not say which\n", r.Engines)
 	}
 	b.WriteString("\nbefore the death (the engine's periodic stats lines):\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  TIME\tRUNNING\tWAITING\tKV CACHE\tFROM")
 	for _, p := range r.Timeline {
 		from := "stats line"
-		if p.Dump {
+		switch {
+		case p.Dump:
 			from = "scheduler state at the failing step"
+		case p.Engines > 0:
+			from = fmt.Sprintf("%d engines aggregated: sums, KV their mean", p.Engines)
+		case p.Metrics:
+			from = "/metrics sample"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", p.TS.Format(time.DateTime), u32Text(p.Running), u32Text(p.Waiting), kvText(p.KVCacheUsagePerc), from)
 	}

@@ -64,6 +64,22 @@ type Stats struct {
 	PrefixCacheHitRate *float64
 }
 
+// Engines is how many engines the line's numbers describe: AggregatedEngines for an "N Engines
+// Aggregated:" line (Running and Waiting summed over them, the KV usage their mean), 1 for a line
+// about one engine ("Engine 001:", a scheduler dump), nil for a line that names no engine (V0).
+func (s *Stats) Engines() *uint16 {
+	var n uint16
+	switch {
+	case s.AggregatedEngines > 0:
+		n = uint16(min(s.AggregatedEngines, 1<<16-1))
+	case s.EngineIndex != "" || s.FromSchedulerDump:
+		n = 1
+	default:
+		return nil
+	}
+	return &n
+}
+
 // OOM holds the sizes of a CUDA out-of-memory message, in bytes.
 type OOM struct {
 	// BytesRequested is "Tried to allocate 112.00 MiB".

@@ -29,7 +29,9 @@ func newPostmortemCmd() *cobra.Command {
 standard input) and reconstructs the death: the stats lines before it (running, waiting, KV), the
 last words (exception, bytes requested, capacity, free), the innermost frames, and the check of
 bytes requested against running × vocabulary × 4 bytes, concluding "activation-sized temporary
-(type one limit)", "KV cache exhausted" or "unexplained", with the fix that follows.
+(type one limit)", "KV cache exhausted", "unexplained", or "cannot tell" when the engine that died
+has no running count of its own (a data-parallel server logging only the engines' sum, with no
+/metrics sample of that engine), with the fix that follows.
 
 --at picks the death at or before that time (default: the latest). The vocabulary size comes from
 --vocab-size, else from the model named in the log or the engine samples, else 152064 (Qwen2.5-7B).
@@ -71,6 +73,11 @@ holds no line.`,
 				}
 				defer conn.Close()
 				if lines, opts.Model, err = postmortem.Load(cmd.Context(), conn, engine, opts.At); err != nil {
+					return dataUnreadable(err)
+				}
+				// The engines' own running counts, for a data-parallel server whose log has only
+				// their sum (--aggregate-engine-logging).
+				if opts.Samples, err = postmortem.LoadSamples(cmd.Context(), conn, lines[0].Engine, lines); err != nil {
 					return dataUnreadable(err)
 				}
 			}

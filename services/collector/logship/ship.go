@@ -13,7 +13,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -127,14 +126,7 @@ func (s *Shipper) Event(raw []byte, offset int64) *schema.EngineLog {
 		ev.KVCacheUsagePerc = st.KVCacheUsagePerc
 		ev.PrefixCacheHitRate = st.PrefixCacheHitRate
 		ev.Preemptions = st.Preemptions
-		switch {
-		case st.AggregatedEngines > 0:
-			n := uint16(min(st.AggregatedEngines, math.MaxUint16))
-			ev.Engines = &n
-		case st.EngineIndex != "" || st.FromSchedulerDump:
-			one := uint16(1)
-			ev.Engines = &one
-		}
+		ev.Engines = st.Engines()
 	}
 	ev.ExceptionType = schema.Truncate(rec.ExceptionType, 256)
 	if o := rec.OOM; o != nil {

@@ -367,7 +367,13 @@ func (s *Server) crashPage(w http.ResponseWriter, r *http.Request) {
 		case err != nil:
 			s.outage(&d, "the engine's log (engine_logs)", err)
 		default:
-			rep := postmortem.Analyze(lines, postmortem.Options{At: d.View.To, Model: model})
+			// The engines' own running counts, for a data-parallel server whose log has only their
+			// sum; without them the report says what it lacks.
+			samples, err := postmortem.LoadSamples(ctx, s.conn, lines[0].Engine, lines)
+			if err != nil {
+				s.log.Warn("crash page: engine samples unreadable", "engine", lines[0].Engine, "error", err)
+			}
+			rep := postmortem.Analyze(lines, postmortem.Options{At: d.View.To, Model: model, Samples: samples})
 			rep.Source = "engine_logs"
 			d.Postmortem = &rep
 			var b strings.Builder
