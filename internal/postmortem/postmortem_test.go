@@ -190,7 +190,9 @@ func TestBinCountsInt64(t *testing.T) {
 // own numbers explain it; the sum never does (390 running would be "unexplained"), and without
 // them the report says which it lacks.
 func TestDataParallelOwnNumbers(t *testing.T) {
-	hasReason := func(rep postmortem.Report, s string) bool { return strings.Contains(strings.Join(rep.Reasoning, "\n"), s) }
+	hasReason := func(rep postmortem.Report, s string) bool {
+		return strings.Contains(strings.Join(rep.Reasoning, "\n"), s)
+	}
 	t.Run("with the engine core's scheduler dump", func(t *testing.T) {
 		// vLLM prints it at the failing step (vllm/v1/engine/core.py log_error_detail →
 		// vllm/logging_utils/dump_input.py), from the dying engine core's process.
