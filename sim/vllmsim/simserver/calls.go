@@ -2,6 +2,7 @@ package simserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"net/http"
@@ -43,6 +44,7 @@ type call struct {
 	seed                          *int64
 	temperature, topP             float64 // effective values
 	children                      []*child
+	registered                    []string // engine request ids held in Server.running
 	notify                        chan struct{}
 	responses                     *openaiwire.ResponsesRequest
 }
@@ -197,8 +199,25 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, c *call) bool {
 			c.children = append(c.children, &child{prompt: i, sample: j, index: j + i*c.n})
 		}
 	}
+	if id, dup := s.register(c, reqs); dup {
+		// vllm/v1/engine/output_processor.py add_request (0.8 to 0.13): the ValueError reaches
+		// the client as create_error_response (a whole answer) or, for a stream, whose generator
+		// adds the request on its first step, as the stream's error event.
+		c.children = nil
+		msg := fmt.Sprintf("Request id %s already running.", id)
+		if c.stream {
+			x := startSSE(w)
+			x.data(s.streamError(errors.New(msg)))
+			x.data([]byte("[DONE]"))
+			_ = x.flush()
+			return false
+		}
+		s.writeError(w, &apiError{status: http.StatusBadRequest, typ: "BadRequestError", msg: msg})
+		return false
+	}
 	seqs, err := s.eng.SubmitAll(reqs)
 	if err != nil {
+		s.release(c)
 		c.children = nil
 		writeEngineDead(w)
 		return false
@@ -207,6 +226,39 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, c *call) bool {
 		c.children[k].seq = seq
 	}
 	return true
+}
+
+// register records c's engine requests as running; on a release that refuses a duplicate of a
+// running request it registers nothing and returns the first id already running.
+func (s *Server) register(c *call, reqs []engine.Request) (string, bool) {
+	if !s.cfg.Version.RefusesRunningDuplicateIDs() {
+		return "", false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range reqs {
+		if s.running[r.ID] > 0 {
+			return r.ID, true
+		}
+	}
+	for _, r := range reqs {
+		s.running[r.ID]++
+		c.registered = append(c.registered, r.ID)
+	}
+	return "", false
+}
+
+// release forgets c's engine requests once the call is over (vLLM's output processor drops a
+// request's state when it finishes or is aborted).
+func (s *Server) release(c *call) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range c.registered {
+		if s.running[id]--; s.running[id] <= 0 {
+			delete(s.running, id)
+		}
+	}
+	c.registered = nil
 }
 
 func (s *Server) abortAll(c *call) {
@@ -274,6 +326,7 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, c *call
 	if !s.submit(w, r, c) {
 		return
 	}
+	defer s.release(c)
 	if c.stream {
 		s.stream(w, r, c)
 		return

@@ -46,6 +46,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	if !s.submit(w, r, c) {
 		return
 	}
+	defer s.release(c)
 	if c.stream {
 		s.streamResponse(w, r, c)
 		return
@@ -278,7 +279,11 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, aerr)
 		return
 	}
-	if !s.submit(w, r, c) || !s.collect(w, r, c) {
+	if !s.submit(w, r, c) {
+		return
+	}
+	defer s.release(c)
+	if !s.collect(w, r, c) {
 		return
 	}
 	c.created = time.Now().Unix()

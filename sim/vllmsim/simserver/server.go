@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,11 @@ type Server struct {
 	created int64
 	prop    propagation.TextMapPropagator
 	groups  atomic.Uint64 // sequence-group keys for span tags
+	// running holds the engine request ids in flight, for the releases that refuse a duplicate
+	// of a running one (vllmversion.RefusesRunningDuplicateIDs): the API server's
+	// OutputProcessor.request_states.
+	mu      sync.Mutex
+	running map[string]int
 }
 
 // New wires the routes over eng, serving metrics from m.
@@ -86,7 +92,7 @@ func New(cfg Config, eng *engine.Engine, m *simmetrics.Metrics) *Server {
 	if !cfg.Version.ForceIncludeUsage() {
 		cfg.EnableForceIncludeUsage = false
 	}
-	s := &Server{cfg: cfg, eng: eng, tok: eng.Tokenizer(), mux: http.NewServeMux(), created: time.Now().Unix(),
+	s := &Server{cfg: cfg, eng: eng, tok: eng.Tokenizer(), mux: http.NewServeMux(), created: time.Now().Unix(), running: map[string]int{},
 		prop: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{})}
 	s.route("POST", "/v1/chat/completions", s.handleChat)
 	s.route("POST", "/v1/completions", s.handleCompletion)

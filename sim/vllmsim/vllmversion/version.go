@@ -116,6 +116,15 @@ func (v Version) V0Tracing() bool { return v.is08() }
 // (vllm/v1/engine/output_processor.py, do_tracing).
 func (v Version) FinishReasonsOnSpan() bool { return v == Main }
 
+// RefusesRunningDuplicateIDs: a request whose engine request id (chatcmpl-<X-Request-Id>, ...) is
+// that of a request still running is refused: OutputProcessor.add_request raises
+// ValueError("Request id <id> already running.") (vllm/v1/engine/output_processor.py, 0.8 to
+// 0.13), a 400 for a whole answer and an error event in a 200 stream (the stream generator's
+// first step adds the request). From 0.14 (vLLM PR #27987, vllm/v1/engine/input_processor.py
+// assign_request_id) the engine's own id gets 8 random characters and both are served, each span
+// carrying the caller's id (external_req_id). Every release serves a duplicate of a finished one.
+func (v Version) RefusesRunningDuplicateIDs() bool { return v != Main }
+
 // ContextLengthMessages returns vLLM's messages for a prompt at or over the context and for a
 // prompt plus max_tokens over it (serving_engine.py _validate_input at 0.8 and 0.10; the
 // renderer's input validation on main).
