@@ -215,3 +215,34 @@ func TestDataParallelCrashFromClickHouse(t *testing.T) {
 		t.Errorf("without samples: verdict %q, want %q", rep.Verdict, postmortem.VerdictCannotTell)
 	}
 }
+
+// TestVLLMSimDataParallelCrashLog: vllmsim's log of a data-parallel server (main,
+// --data-parallel-size 2 --aggregate-engine-logging) whose engine 1 dies at 193 running while
+// engine 0 runs 180: the aggregated lines say 373, engine 1's scheduler dump 193, and the
+// postmortem multiplies engine 1's own count.
+func TestVLLMSimDataParallelCrashLog(t *testing.T) {
+	clock := engine.NewClock(1)
+	var buf bytes.Buffer
+	lg := simlog.NewWith(&buf, clock, 4242, simlog.Options{Release: vllmversion.Main, Engines: 2, Aggregate: true})
+	lg.Startup("Qwen/Qwen2.5-7B-Instruct-AWQ", 4096, "127.0.0.1:8000")
+	for _, at := range []float64{10, 20, 30} {
+		lg.Engine(0).Stats(engine.IntervalStats{At: at, IntervalSeconds: 10, PromptTokens: 880, GenerationTokens: 2560, Running: 180, KVCacheUsage: 0.15})
+		lg.Engine(1).Stats(engine.IntervalStats{At: at, IntervalSeconds: 10, PromptTokens: 880, GenerationTokens: 2560, Running: 193, KVCacheUsage: 0.159})
+	}
+	lg.Engine(1).Crashed(engine.CrashInfo{At: 35, Running: 193, KVCacheUsage: 0.159, VocabSize: 152064, RequestedBytes: 193 * 152064 * 4})
+	lg.Shutdown()
+	if !strings.Contains(buf.String(), "2 Engines Aggregated: ") || !strings.Contains(buf.String(), "Running: 373 reqs") {
+		t.Fatalf("no aggregated stats line with the engines' sum:\n%s", buf.String())
+	}
+	lines, err := postmortem.ReadLog(&buf, "vllmsim", "vllmsim.log", time.Now().Add(time.Hour), time.Local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := postmortem.Analyze(lines, postmortem.Options{})
+	if a := rep.Arithmetic; rep.Verdict != postmortem.VerdictTypeOne || rep.EngineIndex != "1" || rep.Engines != 2 || a == nil || a.Running != 193 ||
+		a.RunningSource != "scheduler state at the failing step" {
+		var out bytes.Buffer
+		_ = rep.WriteText(&out)
+		t.Fatalf("verdict %q engine %q of %d arithmetic %+v\n%s", rep.Verdict, rep.EngineIndex, rep.Engines, rep.Arithmetic, out.String())
+	}
+}

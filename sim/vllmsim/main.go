@@ -57,6 +57,9 @@ type config struct {
 	ForceIncludeUsage   bool    `env:"ENABLE_FORCE_INCLUDE_USAGE" envDefault:"false"`
 	RequestIDHeaders    bool    `env:"ENABLE_REQUEST_ID_HEADERS" envDefault:"false"`
 	EmbeddingDim        int     `env:"EMBEDDING_DIM" envDefault:"384"`
+	DataParallelSize    int     `env:"DATA_PARALLEL_SIZE" envDefault:"1"`
+	AggregateLogging    bool    `env:"AGGREGATE_ENGINE_LOGGING" envDefault:"false"`
+	CrashEngine         int     `env:"CRASH_ENGINE" envDefault:"0"`
 
 	version vllmversion.Version
 }
@@ -86,6 +89,9 @@ func defineFlags(fs *flag.FlagSet, c *config) {
 	fs.BoolVar(&c.ForceIncludeUsage, "enable-force-include-usage", c.ForceIncludeUsage, "end every stream with a usage chunk, as if stream_options.include_usage were true (0.10 and main)")
 	fs.BoolVar(&c.RequestIDHeaders, "enable-request-id-headers", c.RequestIDHeaders, "answer every request with an X-Request-Id header: the request's, or a fresh uuid hex")
 	fs.IntVar(&c.EmbeddingDim, "embedding-dim", c.EmbeddingDim, "length of /v1/embeddings vectors")
+	fs.IntVar(&c.DataParallelSize, "data-parallel-size", c.DataParallelSize, "engine cores behind the one API server, each with --max-num-seqs slots and --kv-cache-tokens of KV cache; requests go to the least loaded (waiting × 4 + running), /metrics labels each engine's series engine=\"i\", the log has each engine's stats line (V1 releases)")
+	fs.BoolVar(&c.AggregateLogging, "aggregate-engine-logging", c.AggregateLogging, "with --data-parallel-size, one \"N Engines Aggregated:\" stats line (sums, KV mean) instead of one per engine (main only)")
+	fs.IntVar(&c.CrashEngine, "crash-engine", c.CrashEngine, "with --data-parallel-size, the engine core that --crash-at-running applies to; its death is the server's, as in vLLM")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log record format: text (vLLM's default) or json (a JSON formatter through VLLM_LOGGING_CONFIG_PATH)")
 }
 
@@ -108,6 +114,14 @@ func (c *config) validate() error {
 		return fmt.Errorf("--enable-force-include-usage does not exist in vLLM %s", v)
 	case c.EmbeddingDim < 1:
 		return fmt.Errorf("--embedding-dim must be >= 1, got %d", c.EmbeddingDim)
+	case c.DataParallelSize < 1:
+		return fmt.Errorf("--data-parallel-size must be >= 1, got %d", c.DataParallelSize)
+	case c.DataParallelSize > 1 && !v.V1Engine():
+		return fmt.Errorf("--data-parallel-size is the V1 engine's here, not vLLM %s's", v)
+	case c.AggregateLogging && v != vllmversion.Main:
+		return fmt.Errorf("--aggregate-engine-logging does not exist in vLLM %s (main only)", v)
+	case c.CrashEngine < 0 || c.CrashEngine >= c.DataParallelSize:
+		return fmt.Errorf("--crash-engine must be an engine index below --data-parallel-size (%d), got %d", c.DataParallelSize, c.CrashEngine)
 	}
 	switch {
 	case c.TimeScale <= 0:
@@ -188,7 +202,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	clock := engine.NewClock(cfg.TimeScale)
 	opts := sim.Options{
 		Model: cfg.Model, Version: cfg.version, VocabSize: cfg.VocabSize, Clock: clock, Engine: ecfg, LogWriter: logOut, APIPID: os.Getpid(),
-		LogJSON: cfg.LogFormat == "json",
+		LogJSON: cfg.LogFormat == "json", DataParallelSize: cfg.DataParallelSize, AggregateEngineLogging: cfg.AggregateLogging, CrashEngine: cfg.CrashEngine,
 		Server: simserver.Config{
 			PerRequestMetrics: cfg.PerRequestMetrics, EnablePromptTokensDetails: cfg.PromptTokensDetails,
 			EnableForceIncludeUsage: cfg.ForceIncludeUsage, EnableRequestIDHeaders: cfg.RequestIDHeaders, EmbeddingDim: cfg.EmbeddingDim,
@@ -204,7 +218,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		opts.Observers = append(opts.Observers, exp)
 	}
 	s := sim.New(opts)
-	eng, vlog := s.Engine, s.Log
+	vlog := s.Log
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -214,7 +228,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 
 	g := service.NewGroup(log)
 	g.AddContext("engine", func(ctx context.Context) error {
-		err := eng.Run(ctx)
+		err := s.Run(ctx)
 		var crash *engine.CrashError
 		switch {
 		case errors.As(err, &crash):

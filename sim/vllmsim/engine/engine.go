@@ -298,6 +298,7 @@ func (e *Engine) SubmitAll(reqs []Request) ([]*Seq, error) {
 func (e *Engine) newSeq(req Request, now float64) *Seq {
 	s := &Seq{
 		req:     req,
+		eng:     e,
 		arrival: now,
 		notify:  make(chan struct{}, 1),
 		hashes:  blockHashes(req.PromptIDs, e.cfg.BlockSize),

@@ -18,6 +18,7 @@ const (
 // the engine emits them and, at the end, its Finished record or the error that ended it.
 type Seq struct {
 	req    Request
+	eng    *Engine  // the engine that runs it
 	hashes []uint64 // chained hashes of the prompt's full blocks
 
 	// Owned by the engine goroutine.

@@ -4,6 +4,7 @@
 package sim
 
 import (
+	"context"
 	"io"
 	"net/http"
 
@@ -34,15 +35,37 @@ type Options struct {
 	Observers []engine.Observer
 	// LogJSON writes the log as a JSON formatter configured through VLLM_LOGGING_CONFIG_PATH does.
 	LogJSON bool
+	// DataParallelSize is the number of engine cores (vllm serve --data-parallel-size; default 1),
+	// each with Engine's slots and KV cache, behind one API server (engine.Group): /metrics labels
+	// each engine's series engine="i", the log has each engine's stats line and engine core
+	// process. Engine.CrashAtRunning applies to engine CrashEngine only.
+	DataParallelSize int
+	CrashEngine      int
+	// AggregateEngineLogging writes one "N Engines Aggregated:" stats line instead of one per
+	// engine (--aggregate-engine-logging, vLLM main).
+	AggregateEngineLogging bool
 }
 
-// Sim is an assembled simulator. Run Engine.Run(ctx) in a goroutine and serve Handler.
+// Sim is an assembled simulator. Run it with Run(ctx) in a goroutine and serve Handler.
 type Sim struct {
-	Clock   *engine.Clock
+	Clock *engine.Clock
+	// Engine is engine 0; Engines every engine core of a data-parallel server (Engine alone
+	// otherwise).
 	Engine  *engine.Engine
+	Engines []*engine.Engine
 	Metrics *simmetrics.Metrics
 	Log     *vllmlog.Logger
 	Handler http.Handler
+	group   *engine.Group
+}
+
+// Run runs the engines until ctx ends or one dies (a *engine.CrashError), as engine.Engine.Run
+// and engine.Group.Run do.
+func (s *Sim) Run(ctx context.Context) error {
+	if s.group != nil {
+		return s.group.Run(ctx)
+	}
+	return s.Engine.Run(ctx)
 }
 
 // New builds a simulator from o.
@@ -65,13 +88,35 @@ func New(o Options) *Sim {
 	if o.Clock == nil {
 		o.Clock = engine.NewClock(o.TimeScale)
 	}
+	n := max(o.DataParallelSize, 1)
+	if !o.Version.V1Engine() {
+		n = 1 // vllmsim's data parallelism is V1's (one engine core per rank)
+	}
 	s := &Sim{Clock: o.Clock}
 	tok := engine.NewTokenizer(o.VocabSize)
-	s.Log = vllmlog.NewWith(o.LogWriter, s.Clock, o.APIPID, vllmlog.Options{Release: o.Version, JSON: o.LogJSON})
-	s.Metrics = simmetrics.NewRelease(o.Model, o.Engine.MaxModelLen, func() engine.Gauges { return s.Engine.Gauges() }, o.Version)
-	s.Engine = engine.New(o.Engine, tok, s.Clock, append([]engine.Observer{s.Metrics, s.Log}, o.Observers...)...)
+	s.Log = vllmlog.NewWith(o.LogWriter, s.Clock, o.APIPID, vllmlog.Options{Release: o.Version, JSON: o.LogJSON,
+		Engines: n, Aggregate: o.AggregateEngineLogging})
+	gauges := make([]func() engine.Gauges, n)
+	for i := range n {
+		gauges[i] = func() engine.Gauges { return s.Engines[i].Gauges() }
+	}
+	s.Metrics = simmetrics.NewDataParallel(o.Model, o.Engine.MaxModelLen, gauges, o.Version)
+	for i := range n {
+		cfg := o.Engine
+		if n > 1 && i != o.CrashEngine {
+			cfg.CrashAtRunning = 0
+		}
+		obs := append([]engine.Observer{s.Metrics.Engine(i), s.Log.Engine(i)}, o.Observers...)
+		s.Engines = append(s.Engines, engine.New(cfg, tok, s.Clock, obs...))
+	}
+	s.Engine = s.Engines[0]
+	var eng simserver.Engine = s.Engine
+	if n > 1 {
+		s.group = engine.NewGroup(s.Engines...)
+		eng = s.group
+	}
 	o.Server.Model = o.Model
 	o.Server.Version = o.Version
-	s.Handler = simserver.New(o.Server, s.Engine, s.Metrics)
+	s.Handler = simserver.New(o.Server, eng, s.Metrics)
 	return s
 }

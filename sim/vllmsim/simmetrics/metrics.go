@@ -11,6 +11,7 @@ package simmetrics
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -58,11 +59,15 @@ func buckets125(max int) []float64 {
 // blockSize converts 0.8's prefix-cache counters, which counted KV blocks, from tokens.
 const blockSize = 16
 
-// Metrics is an engine.Observer that records one vLLM release's metrics in its own registry.
+// Metrics records one vLLM release's metrics in its own registry, for one engine or for the N
+// engine cores of a data-parallel server (--data-parallel-size N), whose series vLLM tells apart
+// by the `engine` label (vllm/v1/metrics/loggers.py make_per_engine). It is the engine.Observer
+// of engine 0; Engine(i) is engine i's.
 type Metrics struct {
-	reg    *prometheus.Registry
-	rel    vllmversion.Version
-	labels []string // label values of every series: model (and engine "0" on V1)
+	reg     *prometheus.Registry
+	rel     vllmversion.Version
+	labels  []string  // label values of engine 0's series: model (and engine "0" on V1)
+	engines []*Engine // one per engine core
 
 	ttft, queue, prefill, decode, inference, e2e *prometheus.HistogramVec
 	itl, tpotPerToken, tpotPerRequest            *prometheus.HistogramVec
@@ -84,46 +89,71 @@ func New(model string, maxModelLen int, gauges func() engine.Gauges) *Metrics {
 // NewRelease registers every metric rel (default main) exposes for model and reads the gauges
 // from gauges at scrape time.
 func NewRelease(model string, maxModelLen int, gauges func() engine.Gauges, rel vllmversion.Version) *Metrics {
+	return NewDataParallel(model, maxModelLen, []func() engine.Gauges{gauges}, rel)
+}
+
+// NewDataParallel registers the metrics of a server with one engine core per element of gauges
+// (their scheduler state at scrape time): every V1 series once per engine, labelled engine="i",
+// as vLLM's PrometheusStatLogger exposes a data-parallel server's engines in one exposition. The
+// V0 engine has no engine label and one engine.
+func NewDataParallel(model string, maxModelLen int, gauges []func() engine.Gauges, rel vllmversion.Version) *Metrics {
 	reg := prometheus.NewRegistry()
 	labelNames := []string{"model_name", "engine"}
 	m := &Metrics{reg: reg, rel: rel, labels: []string{model, "0"}}
 	if !rel.V1Engine() {
 		labelNames = []string{"model_name"}
 		m.labels = []string{model}
+		gauges = gauges[:1]
 	}
-	constLabels := prometheus.Labels{}
-	for i, n := range labelNames {
-		constLabels[n] = m.labels[i]
+	for i := range gauges {
+		labels := []string{model}
+		if rel.V1Engine() {
+			labels = append(labels, strconv.Itoa(i))
+		}
+		m.engines = append(m.engines, &Engine{m: m, labels: labels})
 	}
 	hist := func(name, help string, buckets []float64) *prometheus.HistogramVec {
 		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labelNames)
 		reg.MustRegister(h)
-		h.WithLabelValues(m.labels...)
+		for _, e := range m.engines {
+			h.WithLabelValues(e.labels...)
+		}
 		return h
 	}
 	counter := func(name, help string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labelNames)
 		reg.MustRegister(c)
-		c.WithLabelValues(m.labels...)
+		for _, e := range m.engines {
+			c.WithLabelValues(e.labels...)
+		}
 		return c
 	}
-	gauge := func(name, help string, f func() float64) {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: constLabels}, f))
+	// gauge registers one gauge per engine, each reading that engine's scheduler state.
+	gauge := func(name, help string, f func(engine.Gauges) float64) {
+		for i, e := range m.engines {
+			constLabels := prometheus.Labels{}
+			for k, n := range labelNames {
+				constLabels[n] = e.labels[k]
+			}
+			g := gauges[i]
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: constLabels}, func() float64 { return f(g()) }))
+		}
 	}
-	running := func() float64 { return float64(gauges().Running) }
-	waiting := func() float64 { return float64(gauges().Waiting) }
-	kv := func() float64 { return gauges().KVCacheUsage }
+	running := func(g engine.Gauges) float64 { return float64(g.Running) }
+	waiting := func(g engine.Gauges) float64 { return float64(g.Waiting) }
+	kv := func(g engine.Gauges) float64 { return g.KVCacheUsage }
+	constant := func(v float64) func(engine.Gauges) float64 { return func(engine.Gauges) float64 { return v } }
 	tokBuckets := buckets125(maxModelLen)
 
 	switch rel {
 	case vllmversion.V0_8V0:
 		gauge("vllm:num_requests_running", "Number of requests currently running on GPU.", running)
 		gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting)
-		gauge("vllm:num_requests_swapped", "Number of requests swapped to CPU. DEPRECATED: KV cache offloading is not used in V1", func() float64 { return 0 })
+		gauge("vllm:num_requests_swapped", "Number of requests swapped to CPU. DEPRECATED: KV cache offloading is not used in V1", constant(0))
 		gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", kv)
-		gauge("vllm:cpu_cache_usage_perc", "CPU KV-cache usage. 1 means 100 percent usage. DEPRECATED: KV cache offloading is not used in V1", func() float64 { return 0 })
-		gauge("vllm:cpu_prefix_cache_hit_rate", "CPU prefix cache block hit rate. DEPRECATED: KV cache offloading is not used in V1", func() float64 { return -1 })
-		gauge("vllm:gpu_prefix_cache_hit_rate", "GPU prefix cache block hit rate.", m.v0HitRate)
+		gauge("vllm:cpu_cache_usage_perc", "CPU KV-cache usage. 1 means 100 percent usage. DEPRECATED: KV cache offloading is not used in V1", constant(0))
+		gauge("vllm:cpu_prefix_cache_hit_rate", "CPU prefix cache block hit rate. DEPRECATED: KV cache offloading is not used in V1", constant(-1))
+		gauge("vllm:gpu_prefix_cache_hit_rate", "GPU prefix cache block hit rate.", func(engine.Gauges) float64 { return m.v0HitRate() })
 		m.preemptions = counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.")
 		m.promptTokens = counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.")
 		m.genTokens = counter("vllm:generation_tokens_total", "Number of generation tokens processed.")
@@ -157,9 +187,11 @@ func NewRelease(model string, maxModelLen int, gauges func() engine.Gauges, rel 
 			Help: "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2."},
 			append(labelNames, "sleep_state"))
 		reg.MustRegister(sleep)
-		sleep.WithLabelValues(append(m.labels, "awake")...).Set(1)
-		sleep.WithLabelValues(append(m.labels, "weights_offloaded")...).Set(0)
-		sleep.WithLabelValues(append(m.labels, "discard_all")...).Set(0)
+		for _, e := range m.engines {
+			sleep.WithLabelValues(e.with("awake")...).Set(1)
+			sleep.WithLabelValues(e.with("weights_offloaded")...).Set(0)
+			sleep.WithLabelValues(e.with("discard_all")...).Set(0)
+		}
 		gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
 		m.prefixQueries = []*prometheus.CounterVec{counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.")}
 		m.prefixHits = []*prometheus.CounterVec{counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.")}
@@ -174,8 +206,10 @@ func NewRelease(model string, maxModelLen int, gauges func() engine.Gauges, rel 
 	m.genTokens = counter("vllm:generation_tokens_total", "Number of generation tokens processed.")
 	m.success = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:request_success_total", Help: "Count of successfully processed requests."}, append(labelNames, "finished_reason"))
 	reg.MustRegister(m.success)
-	for _, r := range []string{"stop", "length", "abort"} {
-		m.success.WithLabelValues(append(append([]string{}, m.labels...), r)...)
+	for _, e := range m.engines {
+		for _, r := range []string{"stop", "length", "abort"} {
+			m.success.WithLabelValues(e.with(r)...)
+		}
 	}
 	m.promptTokensH = hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokBuckets)
 	m.genTokensH = hist("vllm:request_generation_tokens", "Number of generation tokens processed.", tokBuckets)
@@ -241,38 +275,48 @@ func (m *Metrics) v0HitRate() float64 {
 	return m.prefixH / m.prefixQ
 }
 
-func (m *Metrics) with(extra ...string) []string {
-	return append(append([]string{}, m.labels...), extra...)
+// Engine records one engine core's series (its label values); an engine.Observer.
+type Engine struct {
+	m      *Metrics
+	labels []string
+}
+
+// Engine returns engine i's observer (0 ≤ i < the engines NewDataParallel was given).
+func (m *Metrics) Engine(i int) *Engine { return m.engines[i] }
+
+func (e *Engine) with(extra ...string) []string {
+	return append(append([]string{}, e.labels...), extra...)
 }
 
 // StepDone records per-step token counts and inter-token latencies.
-func (m *Metrics) StepDone(s engine.StepStats) {
-	m.iterTokens.WithLabelValues(m.labels...).Observe(float64(s.ScheduledTokens))
-	m.genTokens.WithLabelValues(m.labels...).Add(float64(s.GenerationTokens))
-	m.promptTokens.WithLabelValues(m.labels...).Add(float64(s.PromptTokens))
+func (e *Engine) StepDone(s engine.StepStats) {
+	m, l := e.m, e.labels
+	m.iterTokens.WithLabelValues(l...).Observe(float64(s.ScheduledTokens))
+	m.genTokens.WithLabelValues(l...).Add(float64(s.GenerationTokens))
+	m.promptTokens.WithLabelValues(l...).Add(float64(s.PromptTokens))
 	if s.Preemptions > 0 {
-		m.preemptions.WithLabelValues(m.labels...).Add(float64(s.Preemptions))
+		m.preemptions.WithLabelValues(l...).Add(float64(s.Preemptions))
 	}
 	for _, v := range s.InterTokenSeconds {
 		// vLLM observes one inter-token interval per decode step and request: main names the
 		// histogram inter_token_latency_seconds, earlier releases time_per_output_token_seconds.
 		if m.itl != nil {
-			m.itl.WithLabelValues(m.labels...).Observe(v)
+			m.itl.WithLabelValues(l...).Observe(v)
 		}
 		if m.tpotPerToken != nil {
-			m.tpotPerToken.WithLabelValues(m.labels...).Observe(v)
+			m.tpotPerToken.WithLabelValues(l...).Observe(v)
 		}
 	}
 }
 
 // RequestFinished records the per-request histograms of a request that finished (stop or
 // length); aborted requests only count in vllm:request_success_total{finished_reason="abort"}.
-func (m *Metrics) RequestFinished(f *engine.Finished) {
-	m.success.WithLabelValues(m.with(f.FinishReason)...).Inc()
+func (e *Engine) RequestFinished(f *engine.Finished) {
+	m, l := e.m, e.labels
+	m.success.WithLabelValues(e.with(f.FinishReason)...).Inc()
 	if f.FinishReason == "abort" || f.OutputTokens == 0 {
 		return
 	}
-	l := m.labels
 	m.ttft.WithLabelValues(l...).Observe(f.TTFTSeconds())
 	m.queue.WithLabelValues(l...).Observe(f.QueueSeconds())
 	m.e2e.WithLabelValues(l...).Observe(f.E2ESeconds())
@@ -298,7 +342,8 @@ func (m *Metrics) RequestFinished(f *engine.Finished) {
 
 // PrefixCache counts prefix-cache lookups (given in tokens): V1 counters in tokens (0.8: in KV
 // blocks), V0's cumulative hit-rate gauge.
-func (m *Metrics) PrefixCache(queries, hits int) {
+func (e *Engine) PrefixCache(queries, hits int) {
+	m := e.m
 	m.mu.Lock()
 	m.prefixQ += float64(queries)
 	m.prefixH += float64(hits)
@@ -308,15 +353,22 @@ func (m *Metrics) PrefixCache(queries, hits int) {
 		q, h = float64(queries/blockSize), float64(hits/blockSize)
 	}
 	for _, c := range m.prefixQueries {
-		c.WithLabelValues(m.labels...).Add(q)
+		c.WithLabelValues(e.labels...).Add(q)
 	}
 	for _, c := range m.prefixHits {
-		c.WithLabelValues(m.labels...).Add(h)
+		c.WithLabelValues(e.labels...).Add(h)
 	}
 }
 
 // Stats is part of engine.Observer; interval stats go to the log, not to /metrics.
-func (m *Metrics) Stats(engine.IntervalStats) {}
+func (e *Engine) Stats(engine.IntervalStats) {}
 
 // Crashed is part of engine.Observer.
-func (m *Metrics) Crashed(engine.CrashInfo) {}
+func (e *Engine) Crashed(engine.CrashInfo) {}
+
+// StepDone, RequestFinished, PrefixCache, Stats and Crashed make Metrics engine 0's observer.
+func (m *Metrics) StepDone(s engine.StepStats)        { m.engines[0].StepDone(s) }
+func (m *Metrics) RequestFinished(f *engine.Finished) { m.engines[0].RequestFinished(f) }
+func (m *Metrics) PrefixCache(queries, hits int)      { m.engines[0].PrefixCache(queries, hits) }
+func (m *Metrics) Stats(s engine.IntervalStats)       { m.engines[0].Stats(s) }
+func (m *Metrics) Crashed(c engine.CrashInfo)         { m.engines[0].Crashed(c) }

@@ -62,10 +62,21 @@ type Config struct {
 	Log       *slog.Logger
 }
 
+// Engine is what the API server needs of the engine behind it: an *engine.Engine, or the
+// *engine.Group of a data-parallel server.
+type Engine interface {
+	Config() engine.Config
+	Clock() *engine.Clock
+	Tokenizer() *engine.Tokenizer
+	SubmitAll([]engine.Request) ([]*engine.Seq, error)
+	Abort(*engine.Seq)
+	Dead() <-chan struct{}
+}
+
 // Server serves the API. Build with New; it is an http.Handler.
 type Server struct {
 	cfg     Config
-	eng     *engine.Engine
+	eng     Engine
 	tok     *engine.Tokenizer
 	mux     *http.ServeMux
 	created int64
@@ -79,7 +90,7 @@ type Server struct {
 }
 
 // New wires the routes over eng, serving metrics from m.
-func New(cfg Config, eng *engine.Engine, m *simmetrics.Metrics) *Server {
+func New(cfg Config, eng Engine, m *simmetrics.Metrics) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}

@@ -53,7 +53,7 @@ func startSim(t *testing.T, opts sim.Options) *testSim {
 	ts := &testSim{Sim: s, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(ts.done)
-		_ = s.Engine.Run(ctx)
+		_ = s.Run(ctx)
 	}()
 	srv := httptest.NewServer(s.Handler)
 	ts.URL = srv.URL

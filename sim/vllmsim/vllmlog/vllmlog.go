@@ -57,20 +57,47 @@ type Options struct {
 	JSON bool
 	// GPU is the simulated device of the out-of-memory message (default DefaultGPU).
 	GPU GPU
+	// Engines is the number of engine cores (--data-parallel-size; default 1): each writes its
+	// own stats line "Engine 00N:" and its engine core process is EngineCore_DPN.
+	Engines int
+	// Aggregate writes one "N Engines Aggregated:" stats line for all engines instead of one per
+	// engine (--aggregate-engine-logging, vLLM main: vllm/v1/metrics/loggers.py
+	// AggregatedLoggingStatLogger): throughput and preemptions summed over the engines, Running and
+	// Waiting summed, KV cache usage their mean, the prefix cache hit rate over all of them.
+	Aggregate bool
 }
 
-// Logger is an engine.Observer that writes vLLM-shaped lines to W. It is safe for concurrent use.
+// Logger writes vLLM-shaped lines to W for a server of one or more engine cores: it is engine
+// 0's engine.Observer, and Engine(i) is engine i's. It is safe for concurrent use.
 type Logger struct {
-	mu          sync.Mutex
-	w           io.Writer
-	clock       *engine.Clock
-	opts        Options
-	apiPID      int
-	enginePID   int
+	mu      sync.Mutex
+	w       io.Writer
+	clock   *engine.Clock
+	opts    Options
+	apiPID  int
+	engines []*EngineLog
+	agg     *aggregate // with Options.Aggregate and several engines
+}
+
+// EngineLog is one engine core's side of the log: its stats lines and its death.
+type EngineLog struct {
+	l           *Logger
+	idx, pid    int
 	queries     int
 	hits        int
 	preemptions int
 	lastActive  bool
+}
+
+// aggregate is AggregatedLoggingStatLogger's state: each engine's last scheduler state and the
+// tokens, prefix lookups and preemptions of every engine since the last line.
+type aggregate struct {
+	last                []engine.IntervalStats
+	prompt, generation  int
+	queries, hits       int // cumulative, as vLLM's CachingMetrics keeps them
+	preemptions         int
+	lastAt              float64
+	lastActive, started bool
 }
 
 // New makes a Logger writing vLLM main's text format; apiPID is the "(APIServer pid=N)" process
@@ -80,13 +107,32 @@ func New(w io.Writer, clock *engine.Clock, apiPID int, gpu GPU) *Logger {
 	return NewWith(w, clock, apiPID, Options{GPU: gpu})
 }
 
-// NewWith makes a Logger writing the format opts choose.
+// NewWith makes a Logger writing the format opts choose. Engine core i gets the process id
+// apiPID + 1 + i, as vLLM's forked EngineCore_DPi would get a nearby one.
 func NewWith(w io.Writer, clock *engine.Clock, apiPID int, opts Options) *Logger {
 	if opts.GPU == (GPU{}) {
 		opts.GPU = DefaultGPU()
 	}
-	return &Logger{w: w, clock: clock, apiPID: apiPID, enginePID: apiPID + 1, opts: opts}
+	opts.Engines = max(opts.Engines, 1)
+	l := &Logger{w: w, clock: clock, apiPID: apiPID, opts: opts}
+	for i := range opts.Engines {
+		l.engines = append(l.engines, &EngineLog{l: l, idx: i, pid: apiPID + 1 + i})
+	}
+	if opts.Aggregate && opts.Engines > 1 {
+		l.agg = &aggregate{last: make([]engine.IntervalStats, opts.Engines), lastAt: clock.Now()}
+	}
+	return l
 }
+
+// Engine returns engine core i's observer (0 ≤ i < Options.Engines).
+func (l *Logger) Engine(i int) *EngineLog { return l.engines[i] }
+
+// Stats, Crashed, StepDone, RequestFinished and PrefixCache make Logger engine 0's observer.
+func (l *Logger) Stats(s engine.IntervalStats)       { l.engines[0].Stats(s) }
+func (l *Logger) Crashed(c engine.CrashInfo)         { l.engines[0].Crashed(c) }
+func (l *Logger) StepDone(s engine.StepStats)        { l.engines[0].StepDone(s) }
+func (l *Logger) RequestFinished(f *engine.Finished) { l.engines[0].RequestFinished(f) }
+func (l *Logger) PrefixCache(queries, hits int)      { l.engines[0].PrefixCache(queries, hits) }
 
 func stamp(t time.Time) string { return t.Format("01-02 15:04:05") }
 
@@ -96,8 +142,8 @@ type proc struct {
 	pid  int
 }
 
-func (l *Logger) api() proc    { return proc{"APIServer", l.apiPID} }
-func (l *Logger) engine() proc { return proc{"EngineCore_DP0", l.enginePID} }
+func (l *Logger) api() proc     { return proc{"APIServer", l.apiPID} }
+func (e *EngineLog) core() proc { return proc{fmt.Sprintf("EngineCore_DP%d", e.idx), e.pid} }
 
 // prefixed is whether the release prefixes every line with "(process pid=N) " (vllm/utils
 // decorate_logs, 0.10 on).
@@ -146,35 +192,42 @@ func (l *Logger) Startup(model string, maxModelLen int, listen string) {
 	l.record(l.api(), "INFO", now, "utils.py:328", "vllm.entrypoints.utils", fmt.Sprintf("non-default args: {'model': '%s', 'max_model_len': %d}", model, maxModelLen), nil)
 	config := fmt.Sprintf("model='%s', speculative_config=None, tokenizer='%s', dtype=torch.float16, max_seq_len=%d, served_model_name=%s, enable_prefix_caching=True", model, model, maxModelLen, model)
 	if l.opts.Release.V1Engine() {
-		l.record(l.engine(), "INFO", now, "core.py:76", "vllm.v1.engine.core", fmt.Sprintf("Initializing a V1 LLM engine (v%s) with config: %s", v, config), nil)
+		for _, e := range l.engines {
+			l.record(e.core(), "INFO", now, "core.py:76", "vllm.v1.engine.core", fmt.Sprintf("Initializing a V1 LLM engine (v%s) with config: %s", v, config), nil)
+		}
 	} else {
 		l.record(l.api(), "INFO", now, "llm_engine.py:243", "vllm.engine.llm_engine", fmt.Sprintf("Initializing an LLM engine (v%s) with config: %s", v, config), nil)
 	}
 	l.record(l.api(), "INFO", now, "api_server.py:1971", "vllm.entrypoints.openai.api_server", "Starting vLLM API server 0 on http://"+listen, nil)
 }
 
-// Stats writes the periodic stats line. Like vLLM, an interval with no prompt or generation
-// throughput after another idle one is not written (vLLM logs it at debug level).
-func (l *Logger) Stats(s engine.IntervalStats) {
+// Stats writes the engine's periodic stats line, or with Options.Aggregate adds its numbers to
+// the engines' aggregated line. Like vLLM, an interval with no prompt or generation throughput
+// after another idle one is not written (vLLM logs it at debug level).
+func (e *EngineLog) Stats(s engine.IntervalStats) {
+	l := e.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.queries += s.PrefixQueries
-	l.hits += s.PrefixHits
-	preempted := l.preemptions
-	l.preemptions = 0
-	active := s.PromptTokens > 0 || s.GenerationTokens > 0
-	if !active && !l.lastActive {
+	if l.agg != nil {
+		l.aggregated(e, s)
 		return
 	}
-	l.lastActive = active
+	e.queries += s.PrefixQueries
+	e.hits += s.PrefixHits
+	preempted := e.preemptions
+	e.preemptions = 0
+	active := s.PromptTokens > 0 || s.GenerationTokens > 0
+	if !active && !e.lastActive {
+		return
+	}
+	e.lastActive = active
 	hitRate := 0.0
-	if l.queries > 0 {
-		hitRate = 100 * float64(l.hits) / float64(l.queries)
+	if e.queries > 0 {
+		hitRate = 100 * float64(e.hits) / float64(e.queries)
 	}
 	at := l.clock.Time(s.At)
 	prompt, gen := float64(s.PromptTokens)/s.IntervalSeconds, float64(s.GenerationTokens)/s.IntervalSeconds
-	switch l.opts.Release {
-	case vllmversion.V0_8V0:
+	if l.opts.Release == vllmversion.V0_8V0 {
 		// vllm/engine/metrics.py LoggingStatLogger.
 		l.record(l.api(), "INFO", at, "metrics.py:486", "vllm.engine.metrics", fmt.Sprintf(
 			"Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, Running: %d reqs, Swapped: %d reqs, Pending: %d reqs, GPU KV cache usage: %.1f%%, CPU KV cache usage: %.1f%%.",
@@ -182,14 +235,63 @@ func (l *Logger) Stats(s engine.IntervalStats) {
 		l.record(l.api(), "INFO", at, "metrics.py:502", "vllm.engine.metrics", fmt.Sprintf("Prefix cache hit rate: GPU: %.2f%%, CPU: %.2f%%", hitRate, 0.0), nil)
 		return
 	}
+	l.statsLine(at, fmt.Sprintf("Engine %03d: ", e.idx), prompt, gen, s.Running, s.Waiting, preempted, s.KVCacheUsage, hitRate)
+}
+
+// statsLine writes V1's stats line (vllm/v1/metrics/loggers.py LoggingStatLogger.log) after
+// prefix ("Engine 000: ", "2 Engines Aggregated: ").
+func (l *Logger) statsLine(at time.Time, prefix string, prompt, gen float64, running, waiting, preempted int, kv, hitRate float64) {
 	src := map[vllmversion.Version]string{vllmversion.V0_8: "loggers.py:111", vllmversion.V0_10: "loggers.py:123", vllmversion.Main: "loggers.py:236"}[l.opts.Release]
-	parts := fmt.Sprintf("Engine 000: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, Running: %d reqs, Waiting: %d reqs, ", prompt, gen, s.Running, s.Waiting)
+	parts := fmt.Sprintf("%sAvg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, Running: %d reqs, Waiting: %d reqs, ", prefix, prompt, gen, running, waiting)
 	if l.opts.Release == vllmversion.Main && preempted > 0 {
 		// vllm/v1/metrics/loggers.py on main prints the interval's preemptions when there were any.
 		parts += fmt.Sprintf("Preemptions: %d, ", preempted)
 	}
-	parts += fmt.Sprintf("GPU KV cache usage: %.1f%%, Prefix cache hit rate: %.1f%%", 100*s.KVCacheUsage, hitRate)
+	parts += fmt.Sprintf("GPU KV cache usage: %.1f%%, Prefix cache hit rate: %.1f%%", 100*kv, hitRate)
 	l.record(l.api(), "INFO", at, src, "vllm.v1.metrics.loggers", parts, nil)
+}
+
+// aggregated records engine e's interval and writes the aggregated line once an interval has
+// passed since the last one (vLLM's API server logs every engine's numbers on one timer; an idle
+// engine's last scheduler state stands). Called with l.mu held.
+func (l *Logger) aggregated(e *EngineLog, s engine.IntervalStats) {
+	a := l.agg
+	a.last[e.idx] = s
+	a.prompt += s.PromptTokens
+	a.generation += s.GenerationTokens
+	a.queries += s.PrefixQueries
+	a.hits += s.PrefixHits
+	a.preemptions += e.preemptions
+	e.preemptions = 0
+	if s.At < a.lastAt+s.IntervalSeconds && a.started {
+		return
+	}
+	interval := s.At - a.lastAt
+	if interval <= 0 {
+		interval = s.IntervalSeconds
+	}
+	a.started = true
+	active := a.prompt > 0 || a.generation > 0
+	defer func() {
+		a.lastAt, a.lastActive = s.At, active
+		a.prompt, a.generation, a.preemptions = 0, 0, 0
+	}()
+	if !active && !a.lastActive {
+		return
+	}
+	var running, waiting int
+	var kv float64
+	for _, st := range a.last {
+		running += st.Running
+		waiting += st.Waiting
+		kv += st.KVCacheUsage
+	}
+	hitRate := 0.0
+	if a.queries > 0 {
+		hitRate = 100 * float64(a.hits) / float64(a.queries)
+	}
+	l.statsLine(l.clock.Time(s.At), fmt.Sprintf("%d Engines Aggregated: ", len(a.last)), float64(a.prompt)/interval, float64(a.generation)/interval,
+		running, waiting, a.preemptions, kv/float64(len(a.last)), hitRate)
 }
 
 // ElementBytes is the size of one element of the tensor the simulated crash allocates, the
@@ -207,13 +309,16 @@ func RequestedBytes(r vllmversion.Version, running, vocab int) int64 {
 	return int64(running) * int64(vocab) * ElementBytes(r)
 }
 
-// Crashed writes what the release prints when its engine core dies of the out-of-memory error.
-func (l *Logger) Crashed(c engine.CrashInfo) {
+// Crashed writes what the release prints when the engine core dies of the out-of-memory error:
+// the engine core's lines carry its own process prefix (EngineCore_DPn), the API server's reaction
+// its own.
+func (e *EngineLog) Crashed(c engine.CrashInfo) {
+	l := e.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	at := l.clock.Time(c.At)
 	oom := OOMMessage(RequestedBytes(l.opts.Release, c.Running, c.VocabSize), l.opts.GPU)
-	ec := l.engine()
+	ec := e.core()
 	switch l.opts.Release {
 	case vllmversion.V0_8V0:
 		// vllm/engine/multiprocessing/engine.py: logger.exception(repr(e)) in the engine process.
@@ -243,7 +348,7 @@ func (l *Logger) Crashed(c engine.CrashInfo) {
 		})
 		// multiprocessing prints the exception that ended the engine core once more, on stderr,
 		// without the logger's prefix.
-		raw := []string{"Process EngineCore_DP0:", "Traceback (most recent call last):",
+		raw := []string{"Process " + ec.name + ":", "Traceback (most recent call last):",
 			`  File "/usr/lib/python3.12/multiprocessing/process.py", line 314, in _bootstrap`, "    self.run()",
 			`  File "/usr/lib/python3.12/multiprocessing/process.py", line 108, in run`, "    self._target(*self._args, **self._kwargs)",
 			`  File "` + pkg + `vllm/v1/engine/core.py", line 712, in run_engine_core`, "    raise e"}
@@ -262,20 +367,20 @@ func (l *Logger) Shutdown() {
 }
 
 // StepDone counts the preemptions main's stats line reports.
-func (l *Logger) StepDone(s engine.StepStats) {
+func (e *EngineLog) StepDone(s engine.StepStats) {
 	if s.Preemptions == 0 {
 		return
 	}
-	l.mu.Lock()
-	l.preemptions += s.Preemptions
-	l.mu.Unlock()
+	e.l.mu.Lock()
+	e.preemptions += s.Preemptions
+	e.l.mu.Unlock()
 }
 
 // RequestFinished is part of engine.Observer; vLLM logs no per-request line at INFO.
-func (l *Logger) RequestFinished(*engine.Finished) {}
+func (e *EngineLog) RequestFinished(*engine.Finished) {}
 
 // PrefixCache is part of engine.Observer; hit rates are taken from the interval stats.
-func (l *Logger) PrefixCache(int, int) {}
+func (e *EngineLog) PrefixCache(int, int) {}
 
 const pkg = "/usr/local/lib/python3.12/dist-packages/"
 
