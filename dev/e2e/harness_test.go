@@ -28,6 +28,7 @@ import (
 	"github.com/servescope/servescope/sim/vllmsim/engine"
 	"github.com/servescope/servescope/sim/vllmsim/sim"
 	"github.com/servescope/servescope/sim/vllmsim/simtrace"
+	"github.com/servescope/servescope/sim/vllmsim/vllmversion"
 )
 
 // engineName is the simulator's name in engine_samples (the collector's target name) and in
@@ -73,6 +74,8 @@ type pipelineOptions struct {
 	ServiceNATS func(*config.NATS)
 	// SetUpLater leaves the setup step to the test (store.SetUp), after the services started.
 	SetUpLater bool
+	// Version is the vLLM release the simulator imitates (default main).
+	Version vllmversion.Version
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -183,11 +186,11 @@ func startPipeline(t *testing.T, o pipelineOptions) *pipeline {
 
 	clock := engine.NewClock(o.TimeScale)
 	sctx, scancel := context.WithCancel(context.Background())
-	exp, err := simtrace.New(sctx, col.OTLPGRPCAddr(), "grpc", clock)
+	exp, err := simtrace.New(sctx, col.OTLPGRPCAddr(), "grpc", clock, simtrace.WithVersion(o.Version))
 	if err != nil {
 		t.Fatalf("span exporter: %v", err)
 	}
-	s := sim.New(sim.Options{Clock: clock, Engine: o.Engine, Observers: []engine.Observer{exp}})
+	s := sim.New(sim.Options{Clock: clock, Engine: o.Engine, Version: o.Version, Observers: []engine.Observer{exp}})
 	scrapes := &testenv.ScrapeWatch{}
 	api.Config.Handler = scrapes.Wrap(s.Handler)
 	if o.WrapEngine != nil {
