@@ -1,4 +1,4 @@
--- Which engine request and which engine each engine row is about (issue 24).
+-- Which engine request and which engine each engine row is about.
 --
 -- requests.span_id, requests.parent_span_id: the gateway takes part in the request's W3C trace.
 -- It forwards traceparent with the trace id and sampled flag it received (or new ones) and its own

@@ -1,4 +1,4 @@
--- Engine rows belong to exactly one gateway request (issue 24).
+-- Engine rows belong to exactly one gateway request.
 --
 -- Before: engine_requests grouped the spans by request_id, the id vLLM's span carries
 -- (gen_ai.request.id = chatcmpl-<X-Request-Id>), and request_facts_window, request_timings_window and

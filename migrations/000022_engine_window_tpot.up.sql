@@ -1,5 +1,5 @@
 -- engine_window_averages(from, to): tpot_s is vLLM's per-request TPOT averaged over the requests
--- that have one, itl_s the token-weighted inter-token latency (issue 24).
+-- that have one, itl_s the token-weighted inter-token latency.
 --
 -- vllm:request_time_per_output_token_seconds (vLLM PR #24015, absent before it: NULL here) observes
 -- each finished request's decode time / (output tokens - 1), and 0 for a request of at most one
