@@ -222,6 +222,11 @@ func TestVLLMRequestSpans(t *testing.T) {
 					if !e.StartTS.Equal(k.arrival) {
 						t.Errorf("start_ts %s, want the arrival %s", e.StartTS, k.arrival)
 					}
+					// Every child is the child of the traceparent its API request brought: the
+					// gateway's span for that one request (what engine data joins on).
+					if e.ParentSpanID != "a3ce929d0e0e4736" {
+						t.Errorf("child %d: parent_span_id %q, want the traceparent's a3ce929d0e0e4736", i, e.ParentSpanID)
+					}
 				}
 			})
 		}
