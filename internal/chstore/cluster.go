@@ -77,8 +77,8 @@ var ShardedObjects = []ShardedObject{
 // request_timings_sampled, request_phases_sampled). Each view
 // groups by request or by engine, which the sharding keys keep on one shard — except app_traces,
 // which groups an application's records by trace: a trace whose records carry different
-// request_ids can be split over shards and then yields one row per shard (README, "Running past
-// one machine").
+// request_ids can be split over shards and then yields one row per shard (docs/operations/cluster.md,
+// "ClickHouse: shards").
 var ParameterizedViews = []string{
 	"engine_window_histograms", "engine_window_averages", "engine_requests", "app_requests", "app_traces", "request_facts_window",
 	"request_timings_window", "request_timings_sampled", "request_phases_sampled",

@@ -51,7 +51,7 @@ type Config struct {
 	// behind: a missed tick delays every alert by an interval.
 	RuleConcurrency int `env:"DETECTOR_RULE_CONCURRENCY" envDefault:"4"`
 	// DiagnoseWarmInterval is how often the detector computes into diagnose_hourly
-	// (migrations/000017) the hours of `servescope diagnose`'s default baseline that are missing
+	// (migration 000017) the hours of `servescope diagnose`'s default baseline that are missing
 	// or outdated, so that a diagnose merges a day's baseline instead of reading it
 	// (internal/diagnose, Warm): the last 49 h, all models together, hours of 100,000 requests or
 	// more. 0 turns it off. servescope_detector_diagnose_hours_computed_total and
