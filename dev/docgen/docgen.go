@@ -231,8 +231,15 @@ func bytesText(n int64) string {
 	return strconv.FormatInt(n>>20, 10) + " MiB"
 }
 
-// cell makes text safe inside a table cell.
-func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+// cell makes text safe inside a table cell: a bar would end the cell, and outside code spans an
+// angle bracket would open an HTML tag (scrape.<engine> would lose its <engine>).
+func cell(s string) string {
+	parts := strings.Split(s, "`")
+	for i := 0; i < len(parts); i += 2 {
+		parts[i] = strings.NewReplacer("<", "&lt;", ">", "&gt;").Replace(parts[i])
+	}
+	return strings.ReplaceAll(strings.Join(parts, "`"), "|", `\|`)
+}
 
 // Pages returns every generated page of the repository at root, by path relative to it. It
 // builds the binaries into a temporary directory for their --help.

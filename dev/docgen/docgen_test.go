@@ -208,10 +208,17 @@ func TestDescribe(t *testing.T) {
 		{Group{Vars: []Variable{{Field: "TLS"}, {Field: "TLSCA"}, {Field: "TLSCert"}}, Doc: "TLS turns on TLS; TLSCA and TLSCert are files (TLSCert for mutual TLS)."},
 			"`X_TLS` turns on TLS; `X_TLS_CA` and `X_TLS_CERT` are files (`X_TLS_CERT` for mutual TLS)."},
 		{one("URL", "URL needs CONSOLE_AUTH=token and SERVESCOPE_NATS_*, not `A_B`."), "Needs `CONSOLE_AUTH=token` and `SERVESCOPE_NATS_*`, not `A_B`."},
+		{one("Token", "Token is vLLM's token; servescope_x_total counts it."), "vLLM's token; `servescope_x_total` counts it."},
 	} {
 		if got := describe(c.g, fields); got != c.want {
 			t.Errorf("describe(%q) = %q, want %q", c.g.Doc, got, c.want)
 		}
+	}
+}
+
+func TestCell(t *testing.T) {
+	if got, want := cell("key scrape.<engine> and `a<b>|c` or d|e"), "key scrape.&lt;engine&gt; and `a<b>\\|c` or d\\|e"; got != want {
+		t.Errorf("cell = %q, want %q", got, want)
 	}
 }
 

@@ -318,6 +318,7 @@ func commentText(g *ast.CommentGroup) string {
 // (or a family of them, SERVESCOPE_NATS_*), possibly with a value (CONSOLE_AUTH=token).
 var (
 	word     = regexp.MustCompile(`\b[A-Z][A-Za-z0-9]*\b`)
+	metric   = regexp.MustCompile("(^|[^`A-Za-z0-9_])(servescope_[a-z0-9_]+)")
 	variable = regexp.MustCompile("(^|[^`A-Za-z0-9_])([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+(?:_\\*)?(?:=[a-z0-9_]+)?)")
 )
 
@@ -333,10 +334,15 @@ func describe(g Group, fields map[string]string) string {
 			for _, verb := range []string{"is ", "are "} {
 				rest = strings.TrimPrefix(rest, verb)
 			}
-			doc = strings.ToUpper(rest[:1]) + rest[1:]
+			if first, _, _ := strings.Cut(rest, " "); first == strings.ToLower(first) {
+				doc = strings.ToUpper(rest[:1]) + rest[1:] // not "vLLM", which stays as it is
+			} else {
+				doc = rest
+			}
 		}
 	}
 	doc = variable.ReplaceAllString(doc, "$1`$2`")
+	doc = metric.ReplaceAllString(doc, "$1`$2`")
 	own := map[string]bool{}
 	for _, v := range g.Vars {
 		own[v.Field] = true

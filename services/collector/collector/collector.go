@@ -57,8 +57,8 @@ type Config struct {
 	// LogFiles are vLLM log files to follow, comma-separated; an entry "name=PATH" names the
 	// engine of that log.
 	LogFiles []string `env:"COLLECTOR_LOG_FILES" envSeparator:","`
-	// Engine names the engine of logs without a name and of spans (see SpanNaming); default: the
-	// name of the only target, or "vllm".
+	// Engine names the engine of logs without a name and of spans (SpanNaming; docs/architecture.md,
+	// "The engine of a span"); default: the name of the only target, or "vllm".
 	Engine string `env:"COLLECTOR_ENGINE"`
 	// LogTimezone is the IANA time zone of vLLM's log timestamps (vLLM writes local time).
 	LogTimezone string `env:"COLLECTOR_LOG_TIMEZONE" envDefault:"UTC"`
