@@ -615,6 +615,8 @@ func (r *Request) combine(g *gatewayRow) {
 func (r *Request) notes() {
 	if r.Engine == nil && r.Finished {
 		switch {
+		case r.Crash != nil:
+			r.EngineNote = "No engine span: the engine died before it ended the request (" + r.Crash.Relation + ")."
 		case r.TraceSampled != nil && !*r.TraceSampled:
 			r.EngineNote = "No engine span: the client's traceparent said not to sample, so vLLM recorded none."
 		case r.Status != nil && r.Status.Code >= 400 && r.Status.Layer != "":

@@ -3,6 +3,7 @@ package requestview
 import (
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,7 +45,10 @@ func Pct(v *float64) string {
 
 // Offset prints seconds relative to the arrival: "0.31 s before", "0.20 s after".
 func Offset(s float64) string {
-	if s <= 0 {
+	switch {
+	case math.Abs(s) < 0.0005:
+		return "at its arrival"
+	case s < 0:
 		return shortSeconds(-s) + " before"
 	}
 	return shortSeconds(s) + " after"

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -158,4 +159,25 @@ func ConsolePath(m Match, pick bool) string {
 		p += "?" + url.Values{"arrival": {m.Key()}}.Encode()
 	}
 	return p
+}
+
+// Caught are the requests the engine death at death caught (sql/caught.sql), newest first, at
+// most limit.
+func Caught(ctx context.Context, conn driver.Conn, death time.Time, limit int) ([]Match, error) {
+	rows, err := conn.Query(chstore.WithParams(ctx, map[string]string{"death": chTime(death), "limit": strconv.Itoa(limit)}), query("caught"))
+	if err != nil {
+		return nil, fmt.Errorf("read the requests caught in the death at %s: %w", death.Format(time.RFC3339), err)
+	}
+	defer rows.Close()
+	out := []Match{}
+	for rows.Next() {
+		var m Match
+		if err := rows.Scan(&m.RequestID, &m.ArrivalTS, &m.Finished, &m.FinishedTS, &m.Model, &m.StatusCode,
+			&m.ResponseID, &m.TraceID, &m.MatchedBy); err != nil {
+			return nil, fmt.Errorf("read a request caught in the death: %w", err)
+		}
+		m.ArrivalTS = m.ArrivalTS.UTC()
+		out = append(out, m)
+	}
+	return out, rows.Err()
 }

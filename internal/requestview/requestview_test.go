@@ -41,7 +41,7 @@ func TestRequestStory(t *testing.T) {
 	crashShape := requestfixture.Overload(engine)
 	crashShape.Stream, crashShape.NoSpan, crashShape.E2E, crashShape.TopScore = true, true, 20.5, 0
 	crashShape.Status, crashShape.ErrorLayer, crashShape.ErrorCode = 200, schema.LayerUpstream, "stream_interrupted"
-	crashShape.Running, crashShape.Waiting, crashShape.KV = 190, 0, 0.15
+	crashShape.Running, crashShape.Waiting, crashShape.KV = 46, 0, 0.036
 	crashed := requestfixture.Tell(crashShape, death.Add(-20*time.Second))
 	crashLog, err := requestfixture.CrashLog("../postmortem/testdata/v0_10_type_one.log", engine, death)
 	if err != nil {

@@ -54,6 +54,11 @@
       });
       var r = $("#f-refresh").value;
       if (r !== "0") p.set("refresh", r);
+      // The page's own parameters stay: which request (arrival), rule or order it shows.
+      var cur = new URLSearchParams(location.search);
+      ["arrival", "rule", "slow"].forEach(function (k) {
+        if (cur.get(k)) p.set(k, cur.get(k));
+      });
       location.search = p.toString();
     });
     var sel = $("#f-refresh");
@@ -321,10 +326,12 @@
     return next();
   }
 
-  function lanes() {
-    $all(".seg[data-l]").forEach(function (s) {
+  // Positions drawn by the server (alert lanes, a request's timeline, time axes) come as data-l
+  // and data-w in percent: the page's policy allows no inline style attribute.
+  function positions() {
+    $all("[data-l]").forEach(function (s) {
       s.style.left = s.dataset.l + "%";
-      s.style.width = s.dataset.w + "%";
+      if (s.dataset.w) s.style.width = s.dataset.w + "%";
     });
   }
 
@@ -339,7 +346,7 @@
   document.addEventListener("DOMContentLoaded", function () {
     login();
     filters();
-    lanes();
+    positions();
     schedule();
     if ($("[data-panel]")) loadAll();
     else document.body.dataset.loaded = "1";
