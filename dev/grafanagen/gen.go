@@ -76,7 +76,8 @@ func query(ref, sql string, format int) Query {
 	return Query{RefID: ref, Datasource: &d, EditorType: "sql", QueryType: qt, RawSQL: strings.TrimSpace(sql), Format: format}
 }
 
-var units = map[string]string{"s": "s", "requests": "short", "share": "percentunit", "score": "none"}
+var units = map[string]string{"s": "s", "requests": "short", "share": "percentunit", "score": "none",
+	"tokens": "count:tok", "tokens_per_s": "count:tok/s", "requests_per_s": "reqps"}
 
 // Dashboard builds the dashboard JSON of ps.
 func Dashboard(ps []*panels.Panel) ([]byte, error) {

@@ -248,6 +248,10 @@ func TestDashboardSQLOnClickHouse(t *testing.T) {
 	if err := conn.Exec(ctx, "ALTER TABLE app_records UPDATE citations_missing = (cityHash64(request_id) % 37 = 0) WHERE 1 SETTINGS mutations_sync = 2"); err != nil {
 		t.Fatal(err)
 	}
+	// synth records no prompt length; the engine's usage gives one for every answer.
+	if err := conn.Exec(ctx, "ALTER TABLE requests UPDATE prompt_tokens = toUInt32(40 + cityHash64(request_id) % 12) WHERE status_code < 400 SETTINGS mutations_sync = 2"); err != nil {
+		t.Fatal(err)
+	}
 	d := readDashboard(t)
 	ps, err := Load()
 	if err != nil {

@@ -201,8 +201,8 @@ func TestConsoleInBrowser(t *testing.T) {
 			name: p.dataset.panel, points: p.dataset.points || '', baselines: p.dataset.baselines || '',
 			badge: (p.querySelector('[data-badge]').dataset.state || ''), action: p.querySelector('.action').innerText,
 			canvas: String(p.querySelectorAll('canvas').length)}))`)
-		if len(panels) != 12 {
-			t.Fatalf("%d panels drawn, want 12: %v", len(panels), panels)
+		if len(panels) != 17 {
+			t.Fatalf("%d panels drawn, want 17: %v", len(panels), panels)
 		}
 		for _, p := range panels {
 			if p["points"] == "" || p["points"] == "0" {

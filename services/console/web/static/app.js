@@ -116,6 +116,13 @@
   }
 
   // ---- formatting ---------------------------------------------------------------------------
+  function compact(v) {
+    var a = Math.abs(v);
+    if (a >= 1e6) return parseFloat((v / 1e6).toPrecision(3)) + "M";
+    if (a >= 1e3) return parseFloat((v / 1e3).toPrecision(3)) + "k";
+    return a >= 100 ? Math.round(v).toString() : (Math.round(v * 10) / 10).toString();
+  }
+
   function fmt(unit) {
     return function (v) {
       if (v == null || isNaN(v)) return "–";
@@ -126,6 +133,9 @@
           return parseFloat(v.toPrecision(3)) + " s";
         case "share": return (v * 100).toFixed(v < 0.1 ? 1 : 0) + "%";
         case "score": return v.toFixed(3);
+        case "tokens": return compact(v);
+        case "tokens_per_s": return compact(v) + "/s";
+        case "requests_per_s": return (Math.abs(v) >= 10 ? Math.round(v) : parseFloat(v.toPrecision(2))) + "/s";
         default: return Math.abs(v) >= 100 ? Math.round(v).toString() : (Math.round(v * 10) / 10).toString();
       }
     };
