@@ -942,6 +942,8 @@ func loadContent(ctx context.Context, conn driver.Conn, m Match) (*Content, erro
 // shortSeconds prints seconds as "0.47 s", "12.3 s", "4 min 5 s".
 func shortSeconds(s float64) string {
 	switch {
+	case s < 1:
+		return strconv.FormatFloat(s, 'f', 3, 64) + " s"
 	case s < 10:
 		return strconv.FormatFloat(s, 'f', 2, 64) + " s"
 	case s < 120:

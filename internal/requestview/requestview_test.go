@@ -235,6 +235,35 @@ func TestRequestStory(t *testing.T) {
 		}
 	})
 
+	t.Run("the slowest requests", func(t *testing.T) {
+		from, to := now.Add(-time.Hour), now
+		byQueue, err := requestview.Slowest(ctx, conn, from, to, "", "", "queue_s", false, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The engine's queue wait (no gateway copy of its timing object here): the overload request
+		// first. (The reused id's two requests share their spans until the engine data joins on the
+		// trace: which of them comes next is not asserted.)
+		if len(byQueue) != 2 || byQueue[0].RequestID != over.RequestID || *byQueue[0].QueueS != 0.472 ||
+			byQueue[0].QueueSource != requestview.SourceEngineSpan {
+			t.Errorf("by queue wait: %+v", byQueue)
+		}
+		byE2E, err := requestview.Slowest(ctx, conn, from, to, "", "", "e2e_s", false, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(byE2E) != 4 || byE2E[0].RequestID != crashed.RequestID || byE2E[1].QueueS == nil || byE2E[0].PromptText != "" {
+			t.Errorf("by E2E: %+v", byE2E)
+		}
+		none, err := requestview.Slowest(ctx, conn, from, to, "no such model", "", "queue_s", false, 10)
+		if err != nil || len(none) != 0 {
+			t.Errorf("another model's slowest: %+v, %v", none, err)
+		}
+		if _, err := requestview.Slowest(ctx, conn, from, to, "", "", "ttft_s; DROP", false, 10); err == nil {
+			t.Error("an order that is no latency column was taken")
+		}
+	})
+
 	t.Run("unknown and bad ids", func(t *testing.T) {
 		if _, err := requestview.Find(ctx, conn, "chatcmpl-no-such-request"); !errors.Is(err, requestview.ErrNotFound) {
 			t.Errorf("unknown id: %v, want ErrNotFound", err)

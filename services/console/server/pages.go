@@ -211,7 +211,7 @@ type pageData struct {
 	Diagnosis *diagnose.Report
 	Focus     []diagnose.Branch
 	Others    []diagnose.Branch
-	Slow      []SlowRequest
+	Slow      []requestview.Slow
 	SlowBy    string
 	SlowHrefs map[string]template.URL
 	SlowError string
@@ -316,7 +316,7 @@ func (s *Server) dashboard(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.QueryTimeout)
 	defer cancel()
-	slow, err := slowRequests(ctx, s.conn, d.View.From, d.View.To, d.View.Filters, d.SlowBy, d.Content, 10)
+	slow, err := requestview.Slowest(ctx, s.conn, d.View.From, d.View.To, d.View.Filters["model"], d.View.Filters["app"], d.SlowBy, d.Content, 10)
 	switch {
 	case err != nil && isOutage(err):
 		s.outage(&d, "the slowest requests", err)
@@ -533,7 +533,7 @@ func (s *Server) complaintPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if c.SlowBy != "" && d.Down == "" {
-		slow, err := slowRequests(ctx, s.conn, d.View.From, d.View.To, d.View.Filters, c.SlowBy, d.Content, 10)
+		slow, err := requestview.Slowest(ctx, s.conn, d.View.From, d.View.To, d.View.Filters["model"], d.View.Filters["app"], c.SlowBy, d.Content, 10)
 		if err != nil {
 			d.SlowError = err.Error()
 		}

@@ -481,66 +481,6 @@ func readOptions(ctx context.Context, conn driver.Conn, from, to time.Time) (Opt
 	return o, nil
 }
 
-// SlowRequest is one of the slowest requests of a window; Prompt and Output are set only for a
-// viewer allowed to see content.
-type SlowRequest struct {
-	RequestID  string    `json:"request_id"`
-	ArrivalTS  time.Time `json:"arrival_ts"`
-	Model      string    `json:"model"`
-	StatusCode uint16    `json:"status_code"`
-	TTFTS      *float64  `json:"ttft_s"`
-	E2ES       *float64  `json:"e2e_s"`
-	QueueS     *float64  `json:"queue_s"`
-	Stream     bool      `json:"stream"`
-	Prompt     *uint32   `json:"prompt_tokens"`
-	Completion *uint32   `json:"completion_tokens"`
-	Finish     string    `json:"finish_reason"`
-	PromptText string    `json:"prompt_text,omitempty"`
-	OutputText string    `json:"output_text,omitempty"`
-}
-
-// slowRequests reads the slowest requests of [from, to) by orderBy (a column name from a fixed
-// list), of the model and app filters when set. prompt_text and output_text are read only when
-// content is true: the console's ClickHouse role has no SELECT on them otherwise.
-func slowRequests(ctx context.Context, conn driver.Conn, from, to time.Time, filters map[string]string, orderBy string, content bool, limit int) ([]SlowRequest, error) {
-	switch orderBy {
-	case "ttft_s", "e2e_s", "tpot_s", "queue_s":
-	default:
-		return nil, fmt.Errorf("order by %q: not a latency column", orderBy)
-	}
-	text := "'', ''"
-	if content {
-		text = "substring(prompt_text, 1, 300), substring(output_text, 1, 300)"
-	}
-	q := `SELECT request_id, arrival_ts, toString(model), status_code, ttft_s, e2e_s, queue_s, prompt_tokens, completion_tokens,
-       toString(finish_reason), stream, ` + text + `
-FROM requests
-WHERE arrival_ts >= {from:DateTime64(6, 'UTC')} AND arrival_ts < {to:DateTime64(6, 'UTC')}
-  AND ({model:String} = '' OR model = {model:String}) AND ({app:String} = '' OR app = {app:String})
-  AND ` + orderBy + ` IS NOT NULL
-ORDER BY ` + orderBy + ` DESC
-LIMIT 1 BY request_id, arrival_ts
-LIMIT {limit:UInt32}`
-	ctx = chstore.WithParams(ctx, map[string]string{"from": chTime(from), "to": chTime(to), "model": chstore.StringParam(filters["model"]),
-		"app": chstore.StringParam(filters["app"]), "limit": fmt.Sprint(limit)})
-	rows, err := conn.Query(ctx, q)
-	if err != nil {
-		return nil, fmt.Errorf("read the slowest requests: %w", err)
-	}
-	defer rows.Close()
-	out := []SlowRequest{}
-	for rows.Next() {
-		var r SlowRequest
-		if err := rows.Scan(&r.RequestID, &r.ArrivalTS, &r.Model, &r.StatusCode, &r.TTFTS, &r.E2ES, &r.QueueS, &r.Prompt, &r.Completion,
-			&r.Finish, &r.Stream, &r.PromptText, &r.OutputText); err != nil {
-			return nil, fmt.Errorf("read a slow request: %w", err)
-		}
-		r.ArrivalTS = r.ArrivalTS.UTC()
-		out = append(out, r)
-	}
-	return out, rows.Err()
-}
-
 func chTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000000") }
 
 // arrayParam writes a string list as a ClickHouse Array(String) parameter value.
