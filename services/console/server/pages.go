@@ -457,6 +457,9 @@ func (s *Server) alertsPage(w http.ResponseWriter, r *http.Request) {
 		s.pages.render(w, "alerts", d)
 		return
 	}
+	// The resolutions' evaluations get half the page's time at most: the rest reads the alerts.
+	resCtx, resCancel := context.WithTimeout(ctx, s.cfg.QueryTimeout/2)
+	defer resCancel()
 	resolved := 0
 	for i := range hist {
 		a := &hist[i]
@@ -466,7 +469,7 @@ func (s *Server) alertsPage(w http.ResponseWriter, r *http.Request) {
 			// The figures a resolved row holds are the last firing evaluation's: what the value
 			// came back to is the rule's evaluation at the resolution (the latest rows first).
 			if resolved < maxResolutions {
-				res := s.resolution(ctx, *a)
+				res := s.resolution(resCtx, *a)
 				a.Resolution = &res
 			} else {
 				a.Resolution = &Resolution{Note: fmt.Sprintf("not evaluated: the page evaluates the %d latest resolutions; narrow the range or pick the rule", maxResolutions)}

@@ -48,9 +48,11 @@ func (s *sessions) create(content bool) (string, error) {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k, v := range s.m {
-		if !now.Before(v.expires) {
-			delete(s.m, k)
+	if len(s.m) >= maxSessions {
+		for k, v := range s.m {
+			if !now.Before(v.expires) {
+				delete(s.m, k)
+			}
 		}
 	}
 	if len(s.m) >= maxSessions {
