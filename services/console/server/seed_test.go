@@ -9,8 +9,10 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/servescope/servescope/dev/requestfixture"
 	"github.com/servescope/servescope/dev/synth"
 	"github.com/servescope/servescope/internal/postmortem"
+	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/detector/alerting"
 )
 
@@ -26,6 +28,10 @@ type seeded struct {
 	switchAt, crashAt                     time.Time
 	firingRule                            string
 	firingLabels, pendingLabels, okLabels map[string]string
+	// Whole requests (dev/requestfixture): an overload request answered without streaming, a
+	// stream the engine's death broke off, and a request that never finished.
+	overload, crashed, hung requestfixture.Story
+	resolvedAt              time.Time
 }
 
 const seedModel = "Qwen/Qwen2.5-7B-Instruct-AWQ"
@@ -95,6 +101,23 @@ func seed(t *testing.T, conn driver.Conn, now time.Time) seeded {
 	s.crashAt = now.Add(-6 * time.Minute)
 	insertCrashLog(t, ctx, conn, s.engine, s.crashAt)
 
+	// Whole requests as the demo leaves them: one of the overload, answered without streaming, with
+	// its engine span (queue 0.472 s) and the engine at 256 running and 44 waiting when it arrived;
+	// a stream broken off by the engine's death 20 s after it arrived; a request that never ended, in
+	// flight when the engine died.
+	s.overload = requestfixture.Tell(requestfixture.Overload(s.engine), s.overloadFrom.Add(5*time.Minute))
+	crashShape := requestfixture.Overload(s.engine)
+	crashShape.Stream, crashShape.NoSpan, crashShape.E2E, crashShape.TopScore = true, true, 20.5, 0
+	crashShape.Status, crashShape.ErrorLayer, crashShape.ErrorCode = 200, schema.LayerUpstream, "stream_interrupted"
+	crashShape.Running, crashShape.Waiting, crashShape.KV = 46, 0, 0.036
+	s.crashed = requestfixture.Tell(crashShape, s.crashAt.Add(-20*time.Second))
+	s.hung = requestfixture.Tell(requestfixture.Overload(s.engine), s.crashAt.Add(-2*time.Minute))
+	stories := append(append([]schema.Event{}, s.overload.Events...), s.crashed.Events...)
+	stories = append(stories, s.hung.Events[0]) // its request.started only
+	if err := requestfixture.Insert(ctx, conn, stories...); err != nil {
+		t.Fatal(err)
+	}
+
 	// The alerts, as the detector writes them: latency_p95 (TTFT) firing, overload_queue pending
 	// earlier then resolved, retrieval_version_change firing.
 	s.firingRule = "latency_p95"
@@ -108,17 +131,24 @@ func seed(t *testing.T, conn driver.Conn, now time.Time) seeded {
 			State: st, Value: value, Baseline: base, Threshold: thr, ActiveAt: active, FiredAt: fired, ResolvedAt: resolved,
 			Annotations: map[string]string{"summary": fmt.Sprintf("%s %s value %.3f (baseline %.3f, threshold %.3f)", rule, labels["metric"], value, base, thr)}}
 	}
+	stuckLabels := map[string]string{"alertname": "unfinished_rising", "severity": "critical", "kind": "stuck", "model": s.model}
+	stuck := alert("unfinished_rising", stuckLabels, alerting.StateFiring, 1, 0, 1, at(2*time.Minute), at(1*time.Minute), time.Time{})
+	stuck.Annotations["request_id"] = s.hung.RequestID
 	overloadStart := at(48 * time.Minute)
+	s.resolvedAt = at(29 * time.Minute)
 	for _, step := range []struct {
 		ts time.Time
 		a  *alerting.Alert
 	}{
 		{overloadStart, alert("overload_queue", s.okLabels, alerting.StatePending, 1, 0, 0.5, overloadStart, time.Time{}, time.Time{})},
 		{at(47 * time.Minute), alert("overload_queue", s.okLabels, alerting.StateFiring, 1, 0, 0.5, overloadStart, at(47*time.Minute), time.Time{})},
-		{at(34 * time.Minute), alert("overload_queue", s.okLabels, alerting.StateInactive, 0, 0, 0.5, overloadStart, at(47*time.Minute), at(34*time.Minute))},
+		// Resolved when the rule's 5-minute window no longer holds the overload's samples.
+		{s.resolvedAt, alert("overload_queue", s.okLabels, alerting.StateInactive, 1, 0, 0.5, overloadStart, at(47*time.Minute), s.resolvedAt)},
 		{at(33 * time.Minute), alert("latency_p95", s.firingLabels, alerting.StatePending, 0.61, 0.058, 0.108, at(33*time.Minute), time.Time{}, time.Time{})},
 		{at(31 * time.Minute), alert("latency_p95", s.firingLabels, alerting.StateFiring, 0.61, 0.058, 0.108, at(33*time.Minute), at(31*time.Minute), time.Time{})},
 		{at(2 * time.Minute), alert("retrieval_score_drift", s.pendingLabels, alerting.StatePending, 0.12, 0.88, 0.73, at(2*time.Minute), time.Time{}, time.Time{})},
+		// A stuck request, named by id, as the alerts helper's stuck-request alerts carry it.
+		{at(1 * time.Minute), stuck},
 	} {
 		if err := store.Save(ctx, step.ts, []*alerting.Alert{step.a}); err != nil {
 			t.Fatal(err)
