@@ -43,6 +43,8 @@ func TestShardedObjectsCoverTheSchema(t *testing.T) {
 		want = append(want, o.Name)
 	}
 	want = append(want, chstore.ParameterizedViews...)
+	want = append(want, chstore.NodeTables...)
+	want = append(want, chstore.MainViews...)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("the migrations create %v;\nShardedObjects and ParameterizedViews name %v", got, want)
