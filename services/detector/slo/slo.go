@@ -277,23 +277,28 @@ func (l *Latency) UnmarshalYAML(n *yaml.Node) error {
 		return fmt.Errorf("line %d: want {under: 1s, target: 95%%} or {p95: 1s}", n.Line)
 	}
 	var threshold, target string
+	quantile, pair := false, false
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		switch {
 		case k.Value == "under":
-			threshold = v.Value
+			threshold, pair = v.Value, true
 		case k.Value == "target":
-			target = v.Value
+			target, pair = v.Value, true
 		case quantileRE.MatchString(k.Value):
-			if threshold != "" {
+			if quantile {
 				return fmt.Errorf("line %d: one quantile or one under/target pair", k.Line)
 			}
+			quantile = true
 			threshold = v.Value
 			q, _ := strconv.ParseFloat(quantileRE.FindStringSubmatch(k.Value)[1], 64)
 			target = strconv.FormatFloat(q/100, 'g', -1, 64)
 		default:
 			return fmt.Errorf("line %d: %s: want under and target, or a quantile like p95", k.Line, k.Value)
 		}
+	}
+	if quantile && pair {
+		return fmt.Errorf("line %d: one quantile or one under/target pair", n.Line)
 	}
 	if threshold == "" || target == "" {
 		return fmt.Errorf("line %d: want {under: 1s, target: 95%%} or {p95: 1s}", n.Line)
