@@ -35,12 +35,19 @@
 --   kv_full_running      the running count at which the KV cache fills if each running request
 --                        keeps the share it holds now (running_mean / kv_mean)
 --   limit_running        the smaller of the two, limit 'slots' or 'kv' (which comes first)
---   itl_intercept_s, itl_slope_s  the step time (inter-token latency) against the running count,
+--   tokens_per_step      the engine's mean tokens per step (iteration_tokens_total: prefill and
+--                        decode), prompt_tokens the mean prompt tokens of a request
+--   itl_intercept_s, itl_slope_s  the step time (inter-token latency) against the tokens per step,
 --                        a weighted least-squares line through the engine's scrape intervals of the
---                        24 h before to (weights: tokens in the interval), fitted only when the
---                        running counts seen span at least 8 (fit_running_min..max), else the
+--                        24 h before to (weights: tokens generated in the interval), fitted only when
+--                        the tokens per step seen span at least 8 (fit_tokens_min..max), else the
 --                        slope is 0 and the prediction an upper bound (fit 'flat')
---   inference_at_limit_s inference_s + (output_tokens - 1) x (step at the limit - step now)
+--   tokens_at_limit      the tokens of a step at the limit: limit_running decoding plus the prompts
+--                        arriving meanwhile, limit_running x (1 + prompt_tokens / output_tokens)
+--                        (by Little's law a running request stands for prompt/output prompt tokens
+--                        a step, the prefix cache not deducted)
+--   inference_at_limit_s inference_s + output_tokens x (step at the limit - step now): each of a
+--                        request's steps (its prefill and its decode steps) slows as much
 --   queue_at_rps         limit_running / inference_at_limit_s: the arrival rate at which requests
 --                        start to queue, headroom_rps that minus arrival_rps
 -- In a sharded schema these two views are created over the cluster-wide tables too (chstore's
@@ -168,7 +175,7 @@ WITH
     {from:DateTime64(6, 'UTC')} AS w_from,
     {to:DateTime64(6, 'UTC')} AS w_to
 SELECT
-    h.engine                                                          AS engine,
+    g.engine                                                          AS engine,
     g.model                                                           AS model,
     w_from                                                            AS window_start,
     w_to                                                              AS window_end,
@@ -179,6 +186,8 @@ SELECT
     coalesce(h.inference_s, h.e2e_s - coalesce(h.queue_s, 0))         AS inference_s,
     h.output_tokens                                                   AS output_tokens,
     h.itl_s                                                           AS itl_s,
+    h.tokens_per_step                                                 AS tokens_per_step,
+    h.prompt_tokens                                                   AS prompt_tokens,
     g.running_mean                                                    AS running_mean,
     g.running_max                                                     AS running_max,
     g.waiting_max                                                     AS waiting_max,
@@ -194,31 +203,19 @@ SELECT
             least(toFloat64(slot_limit), kv_full_running))            AS limit_running,
     multiIf(limit_running IS NULL, '', slot_limit IS NULL, 'kv', kv_full_running IS NULL OR slot_limit <= kv_full_running, 'slots', 'kv') AS limit,
     f.intervals                                                       AS fit_intervals,
-    f.x_min                                                           AS fit_running_min,
-    f.x_max                                                           AS fit_running_max,
+    if(f.intervals > 0, f.x_min, NULL)                                AS fit_tokens_min,
+    if(f.intervals > 0, f.x_max, NULL)                                AS fit_tokens_max,
     f.usable                                                          AS fit_usable,
-    if(f.usable, 'line', 'flat')                                      AS fit,
-    if(f.usable, f.intercept, h.itl_s)                                AS itl_intercept_s,
-    if(f.usable, f.slope, 0)                                          AS itl_slope_s,
-    itl_intercept_s + itl_slope_s * limit_running                     AS itl_at_limit_s,
-    itl_intercept_s + itl_slope_s * g.running_mean                    AS itl_now_fit_s,
-    inference_s + greatest(coalesce(h.output_tokens, 1) - 1, 0) * (itl_at_limit_s - itl_now_fit_s) AS inference_at_limit_s,
+    if(f.usable = 1, 'line', 'flat')                                  AS fit,
+    if(f.usable = 1, f.intercept, h.itl_s)                            AS itl_intercept_s,
+    if(f.usable = 1, f.slope, 0)                                      AS itl_slope_s,
+    limit_running * (1 + coalesce(h.prompt_tokens, 0) / greatest(coalesce(h.output_tokens, 1), 1)) AS tokens_at_limit,
+    itl_intercept_s + itl_slope_s * tokens_at_limit                   AS itl_at_limit_s,
+    itl_intercept_s + itl_slope_s * coalesce(h.tokens_per_step, 0)    AS itl_now_fit_s,
+    inference_s + coalesce(h.output_tokens, 1) * greatest(itl_at_limit_s - itl_now_fit_s, 0) AS inference_at_limit_s,
     limit_running / nullIf(inference_at_limit_s, 0)                   AS queue_at_rps,
     queue_at_rps - arrival_rps                                        AS headroom_rps
 FROM
-(
-    SELECT
-        engine,
-        anyIf(toNullable(count_increase), metric = 'e2e_request_latency_seconds') AS finished,
-        anyIf(average, metric = 'e2e_request_latency_seconds')        AS e2e_s,
-        anyIf(average, metric = 'request_queue_time_seconds')         AS queue_s,
-        anyIf(average, metric = 'request_inference_time_seconds')     AS inference_s,
-        anyIf(average, metric = 'request_generation_tokens')          AS output_tokens,
-        anyIf(average, metric = 'inter_token_latency_seconds')        AS itl_s
-    FROM engine_window_histograms(from = {from:DateTime64(6, 'UTC')}, to = {to:DateTime64(6, 'UTC')})
-    GROUP BY engine
-) AS h
-LEFT JOIN
 (
     SELECT
         engine,
@@ -233,7 +230,22 @@ LEFT JOIN
     FROM engine_samples
     WHERE ts >= {from:DateTime64(6, 'UTC')} AND ts < {to:DateTime64(6, 'UTC')}
     GROUP BY engine
-) AS g ON g.engine = h.engine
+) AS g
+LEFT JOIN
+(
+    SELECT
+        engine,
+        anyIf(toNullable(count_increase), metric = 'e2e_request_latency_seconds') AS finished,
+        anyIf(average, metric = 'e2e_request_latency_seconds')        AS e2e_s,
+        anyIf(average, metric = 'request_queue_time_seconds')         AS queue_s,
+        anyIf(average, metric = 'request_inference_time_seconds')     AS inference_s,
+        anyIf(average, metric = 'request_generation_tokens')          AS output_tokens,
+        anyIf(average, metric = 'inter_token_latency_seconds')        AS itl_s,
+        anyIf(average, metric = 'iteration_tokens_total')             AS tokens_per_step,
+        anyIf(average, metric = 'request_prompt_tokens')              AS prompt_tokens
+    FROM engine_window_histograms(from = {from:DateTime64(6, 'UTC')}, to = {to:DateTime64(6, 'UTC')})
+    GROUP BY engine
+) AS h ON h.engine = g.engine
 LEFT JOIN
 (
     SELECT
@@ -251,7 +263,7 @@ LEFT JOIN
             engine,
             dc AS w,
             ds / dc AS y,
-            x
+            tsum / tc AS x
         FROM
         (
             SELECT
@@ -259,21 +271,23 @@ LEFT JOIN
                 row_number() OVER p AS n,
                 histogram_count['inter_token_latency_seconds'] - lagInFrame(histogram_count['inter_token_latency_seconds']) OVER p AS dc,
                 histogram_sum['inter_token_latency_seconds'] - lagInFrame(histogram_sum['inter_token_latency_seconds']) OVER p AS ds,
-                (coalesce(num_requests_running, 0) + lagInFrame(coalesce(num_requests_running, 0)) OVER p) / 2 AS x
+                histogram_count['iteration_tokens_total'] - lagInFrame(histogram_count['iteration_tokens_total']) OVER p AS tc,
+                histogram_sum['iteration_tokens_total'] - lagInFrame(histogram_sum['iteration_tokens_total']) OVER p AS tsum
             FROM engine_samples
             WHERE up AND ts >= {to:DateTime64(6, 'UTC')} - INTERVAL 24 HOUR AND ts < {to:DateTime64(6, 'UTC')}
               AND mapContains(histogram_count, 'inter_token_latency_seconds')
+              AND mapContains(histogram_count, 'iteration_tokens_total')
             WINDOW p AS (PARTITION BY engine ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
         )
-        WHERE n > 1 AND dc > 0 AND ds > 0
+        WHERE n > 1 AND dc > 0 AND ds > 0 AND tc > 0 AND tsum > 0
     )
     GROUP BY engine
-) AS f ON f.engine = h.engine
+) AS f ON f.engine = g.engine
 LEFT JOIN
 (
     SELECT name, max_num_seqs FROM engine_config
     WHERE loaded_at = (SELECT max(loaded_at) FROM engine_config) AND scope = 'engine' AND max_num_seqs IS NOT NULL
-) AS sc ON sc.name = h.engine
+) AS sc ON sc.name = g.engine
 LEFT JOIN
 (
     SELECT name, max_num_seqs FROM engine_config
@@ -292,4 +306,4 @@ LEFT JOIN
     WHERE ts > {to:DateTime64(6, 'UTC')} - INTERVAL 30 DAY AND ts <= {to:DateTime64(6, 'UTC')}
       AND match(message, '(?:''max_num_seqs'': |max_num_seqs=)[0-9]+')
     GROUP BY engine
-) AS lg ON lg.engine = h.engine;
+) AS lg ON lg.engine = g.engine;
