@@ -121,6 +121,9 @@
           return parseFloat(v.toPrecision(3)) + " s";
         case "share": return (v * 100).toFixed(v < 0.1 ? 1 : 0) + "%";
         case "score": return v.toFixed(3);
+        case "rps": return parseFloat(v.toPrecision(3)) + "/s";
+        case "ratio": return parseFloat(v.toPrecision(3)) + "×";
+        case "usd": return "$" + (Math.abs(v) >= 100 ? Math.round(v).toString() : parseFloat(v.toPrecision(3)).toString());
         default: return Math.abs(v) >= 100 ? Math.round(v).toString() : (Math.round(v * 10) / 10).toString();
       }
     };
