@@ -23,9 +23,9 @@
 -- capacity_window(from, to): per engine, how much more load it takes before requests queue, and
 -- which limit comes first, from the window's own figures (the engine's /metrics histograms and
 -- gauges) and Little's law (running = arrival rate x time holding a slot):
---   arrival_rps          requests the engine finished in the window, per second (its
---                        e2e_request_latency_seconds count: arrivals equal finishes while nothing
---                        queues)
+--   arrival_rps          requests the engine finished in the window, per second of the window its
+--                        scrapes cover (its e2e_request_latency_seconds count: arrivals equal
+--                        finishes while nothing queues)
 --   inference_s          mean time a request held a slot (request_inference_time_seconds: prefill
 --                        and decode), output_tokens the mean generated tokens
 --   running_mean         the running gauge's mean, little_running = arrival_rps x inference_s (the
@@ -180,7 +180,7 @@ SELECT
     w_from                                                            AS window_start,
     w_to                                                              AS window_end,
     h.finished                                                        AS finished,
-    h.finished / greatest(dateDiff('microsecond', w_from, w_to) / 1e6, 1e-6) AS arrival_rps,
+    h.finished / greatest(dateDiff('microsecond', greatest(h.first_ts, w_from), h.last_ts) / 1e6, 1e-6) AS arrival_rps,
     h.e2e_s                                                           AS e2e_s,
     h.queue_s                                                         AS queue_s,
     coalesce(h.inference_s, h.e2e_s - coalesce(h.queue_s, 0))         AS inference_s,
@@ -236,6 +236,8 @@ LEFT JOIN
     SELECT
         engine,
         anyIf(toNullable(count_increase), metric = 'e2e_request_latency_seconds') AS finished,
+        anyIf(first_ts, metric = 'e2e_request_latency_seconds')       AS first_ts,
+        anyIf(last_ts, metric = 'e2e_request_latency_seconds')        AS last_ts,
         anyIf(average, metric = 'e2e_request_latency_seconds')        AS e2e_s,
         anyIf(average, metric = 'request_queue_time_seconds')         AS queue_s,
         anyIf(average, metric = 'request_inference_time_seconds')     AS inference_s,
