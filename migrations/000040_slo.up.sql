@@ -4,7 +4,8 @@
 -- slo_objectives holds the SLO files the detector loaded (services/detector/slo, Sync): one row
 -- per SLO of each load, all rows of one load sharing loaded_at, plus a row with slo = '' that
 -- marks the load (so that a load with no SLO still replaces the one before). Readers take the
--- rows of the latest loaded_at. Thresholds are seconds, targets shares (0.995), NULL where the
+-- rows of the latest loaded_at, one per SLO (a load written twice, to two replicas of a shard, is
+-- still one). Thresholds are seconds, targets shares (0.995), NULL where the
 -- SLO has no such objective. page_long_s and page_factor are the first window pair of the SLO's
 -- page rule (NULL without one), for the error-budget panel.
 --
@@ -116,6 +117,7 @@ CROSS JOIN
 (
     SELECT * FROM slo_objectives
     WHERE loaded_at = (SELECT max(loaded_at) FROM slo_objectives) AND slo != ''
+    LIMIT 1 BY slo
 ) AS o
 WHERE r.arrival_ts >= {from:DateTime64(6, 'UTC')}
   AND r.arrival_ts < {to:DateTime64(6, 'UTC')}

@@ -95,11 +95,13 @@ WITH
         (
             SELECT name, price_per_hour FROM engine_config
             WHERE loaded_at = (SELECT max(loaded_at) FROM engine_config) AND scope = 'engine'
+            LIMIT 1 BY name
         ) AS pe ON pe.name = e.engine
         LEFT JOIN
         (
             SELECT name, price_per_hour FROM engine_config
             WHERE loaded_at = (SELECT max(loaded_at) FROM engine_config) AND scope = 'model'
+            LIMIT 1 BY name
         ) AS pm ON pm.name = e.model
         CROSS JOIN
         (
@@ -289,11 +291,13 @@ LEFT JOIN
 (
     SELECT name, max_num_seqs FROM engine_config
     WHERE loaded_at = (SELECT max(loaded_at) FROM engine_config) AND scope = 'engine' AND max_num_seqs IS NOT NULL
+    LIMIT 1 BY name
 ) AS sc ON sc.name = g.engine
 LEFT JOIN
 (
     SELECT name, max_num_seqs FROM engine_config
     WHERE loaded_at = (SELECT max(loaded_at) FROM engine_config) AND scope = 'model' AND max_num_seqs IS NOT NULL
+    LIMIT 1 BY name
 ) AS sm ON sm.name = g.model
 CROSS JOIN
 (

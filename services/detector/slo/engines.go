@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -73,13 +74,7 @@ func ParseEngines(source string, data []byte) (*Engines, error) {
 		kind string
 		m    map[string]EngineSetting
 	}{{"models", e.Models}, {"engines", e.Engines}} {
-		for _, k := range slices.Sorted(func(yield func(string) bool) {
-			for k := range set.m {
-				if !yield(k) {
-					return
-				}
-			}
-		}) {
+		for _, k := range slices.Sorted(maps.Keys(set.m)) {
 			if k == "" {
 				return nil, fmt.Errorf("engines file %s: %s: an empty name", source, set.kind)
 			}

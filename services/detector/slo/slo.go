@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"net/url"
 	"os"
@@ -501,13 +502,7 @@ func (d *Definition) validate() error {
 	if d.Alerts.TicketSeverity == "" {
 		d.Alerts.TicketSeverity = "warning"
 	}
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range d.Alerts.Labels {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, k := range slices.Sorted(maps.Keys(d.Alerts.Labels)) {
 		if !labelRE.MatchString(k) || strings.HasPrefix(k, "__") {
 			return keyErrorf("alerts.labels", "slo %s: label name %q: must match %s and not start with __", d.Name, k, labelRE)
 		}
