@@ -39,7 +39,8 @@
 --                        decode), prompt_tokens the mean prompt tokens of a request
 --   itl_intercept_s, itl_slope_s  the step time (inter-token latency) against the tokens per step,
 --                        a weighted least-squares line through the engine's scrape intervals of the
---                        24 h before to (weights: tokens generated in the interval), fitted only when
+--                        24 h before to whose steps are decode-dominated (their prefill tokens at most
+--                        their decode tokens), weights the tokens generated, fitted only when
 --                        the tokens per step seen span at least 8 (fit_tokens_min..max), else the
 --                        slope is 0 and the prediction an upper bound (fit 'flat')
 --   tokens_at_limit      the tokens of a step at the limit: limit_running decoding plus the prompts
@@ -276,7 +277,8 @@ LEFT JOIN
                 histogram_count['inter_token_latency_seconds'] - lagInFrame(histogram_count['inter_token_latency_seconds']) OVER p AS dc,
                 histogram_sum['inter_token_latency_seconds'] - lagInFrame(histogram_sum['inter_token_latency_seconds']) OVER p AS ds,
                 histogram_count['iteration_tokens_total'] - lagInFrame(histogram_count['iteration_tokens_total']) OVER p AS tc,
-                histogram_sum['iteration_tokens_total'] - lagInFrame(histogram_sum['iteration_tokens_total']) OVER p AS tsum
+                histogram_sum['iteration_tokens_total'] - lagInFrame(histogram_sum['iteration_tokens_total']) OVER p AS tsum,
+                counters['generation_tokens_total'] - lagInFrame(counters['generation_tokens_total']) OVER p AS dg
             FROM engine_samples
             WHERE up AND ts >= {to:DateTime64(6, 'UTC')} - INTERVAL 24 HOUR AND ts < {to:DateTime64(6, 'UTC')}
               AND mapContains(histogram_count, 'inter_token_latency_seconds')
@@ -284,6 +286,10 @@ LEFT JOIN
             WINDOW p AS (PARTITION BY engine ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
         )
         WHERE n > 1 AND dc > 0 AND ds > 0 AND tc > 0 AND tsum > 0
+          -- Decode-dominated intervals only: a step's prefill at most its decode tokens (+1). An
+          -- interval holding a long prompt's prefill chunks has a few decode tokens waiting on them,
+          -- too few to say what the step costs (an engine without the counter keeps every interval).
+          AND (dg <= 0 OR tsum / tc <= 2 * dg / tc + 1)
     )
     GROUP BY engine
 ) AS f ON f.engine = g.engine
