@@ -208,6 +208,16 @@ func (r *run) prepare(ctx context.Context) error {
 		return err
 	}
 	r.step("detector rules: the %d built-in rules with windows and hold times ÷%g (demo time is compressed)", len(names), r.opt.RuleScale)
+	slos, err := WriteScaledSLOs(filepath.Join(r.dirs.State, "slos"), SLOScale)
+	if err != nil {
+		return err
+	}
+	for _, d := range slos {
+		r.step("SLO %s (%s): its burn-rate windows ÷%d, page %s", d.Name, d.Description, SLOScale, windowsText(d.Alerts.PageWindows()))
+	}
+	if err := WriteEngines(filepath.Join(r.dirs.State, "engines.yaml")); err != nil {
+		return err
+	}
 
 	if err := r.recv.Listen(ctx, addr(ports.Webhook)); err != nil {
 		return err

@@ -209,6 +209,8 @@ func (s *Stack) Services() (consumer, collector, gateway, ragdemo, detector Serv
 			"DETECTOR_EVAL_DELAY", "3s",
 			"DETECTOR_REPEAT_INTERVAL", "1h",
 			"DETECTOR_RULES_DIR", filepath.Join(s.StateDir, "rules"),
+			"DETECTOR_SLOS_DIR", filepath.Join(s.StateDir, "slos"),
+			"DETECTOR_ENGINES_FILE", filepath.Join(s.StateDir, "engines.yaml"),
 			"DETECTOR_METRICS_ADDR", addr(s.Ports.Detector),
 			"DETECTOR_EXTERNAL_URL", url(s.Ports.Detector, ""))}
 	return

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"regexp"
 	"strings"
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog"
@@ -98,7 +99,7 @@ func query(ref, sql string, format int) Query {
 }
 
 var units = map[string]string{"s": "s", "requests": "short", "share": "percentunit", "score": "none",
-	"tokens": "count:tok", "tokens_per_s": "count:tok/s", "requests_per_s": "reqps"}
+	"tokens": "count:tok", "tokens_per_s": "count:tok/s", "requests_per_s": "reqps", "ratio": "suffix:×", "usd": "currencyUSD"}
 
 // Dashboard builds the dashboard JSON of ps.
 func Dashboard(ps []*panels.Panel) ([]byte, error) {
@@ -233,16 +234,26 @@ func tsPanel(p *panels.Panel) (*timeseries.PanelBuilder, error) {
 		{Id: "custom.fillOpacity", Value: 0},
 	})
 	if p.Threshold != nil {
-		tp.OverrideByName(p.Threshold.Column, []dashboard.DynamicConfigValue{
+		props := []dashboard.DynamicConfigValue{
 			{Id: "custom.lineStyle", Value: map[string]any{"fill": "dot", "dash": []int{2, 4}}},
 			{Id: "color", Value: map[string]any{"mode": "fixed", "fixedColor": "red"}},
 			{Id: "displayName", Value: p.Threshold.Label},
-		})
+		}
+		if p.Threshold.Axis == "right" {
+			props = append(props, dashboard.DynamicConfigValue{Id: "custom.axisPlacement", Value: "right"},
+				dashboard.DynamicConfigValue{Id: "unit", Value: units[p.UnitRight]})
+		}
+		tp.OverrideByName(p.Threshold.Column, props)
 	}
 	for _, s := range append(append([]panels.Series{}, p.Series...), p.Baseline...) {
 		props := []dashboard.DynamicConfigValue{{Id: "displayName", Value: s.Label}}
 		if p.Split != "" {
-			// Long-form rows: Grafana names each series "<column> <split value>".
+			// Long-form rows: Grafana names each series "<column> <split value>"; a right-axis
+			// column goes right under any split value.
+			if s.Axis == "right" {
+				tp.OverrideByRegexp("^"+regexp.QuoteMeta(s.Column)+"( |$)", []dashboard.DynamicConfigValue{
+					{Id: "custom.axisPlacement", Value: "right"}, {Id: "unit", Value: units[p.UnitRight]}})
+			}
 			continue
 		}
 		if s.Axis == "right" {

@@ -18,12 +18,14 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	builtin "github.com/servescope/servescope/deploy/detector"
 	"github.com/servescope/servescope/dev/synth"
 	"github.com/servescope/servescope/dev/testclock"
 	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/panels"
 	"github.com/servescope/servescope/services/detector/alerting"
+	"github.com/servescope/servescope/services/detector/slo"
 )
 
 // repoPath is a path relative to the repository root (this package is two levels below it).
@@ -271,8 +273,21 @@ func run(ctx context.Context, conn driver.Conn, q string) ([]string, int, error)
 // the baseline and the threshold; t and text for the marks), the same columns as the console's
 // query from the same panel file, and the variables' queries list the seeded model, app and engine.
 func TestDashboardSQLOnClickHouse(t *testing.T) {
-	conn, _ := testenv.ClickHouse(t)
+	conn, ch := testenv.ClickHouse(t)
 	ctx := context.Background()
+	// The SLO and cost panels read the detector's SLOs and engines file: the built-in SLOs and one
+	// price for every engine.
+	slos, err := slo.LoadBuiltin(builtin.SLOs, builtin.SLOsDir, builtin.RepoDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	price := 1.5
+	if err := slo.Sync(ctx, ch, conn, slos, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := slo.SyncEngines(ctx, ch, conn, &slo.Engines{Currency: "USD", Default: &slo.EngineSetting{PricePerHour: &price}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	// The normal day follows the time of day: the instant comes from testclock (pinned by scripts/test).
 	now := testclock.EvalTime(t, 0)
 	g := synth.New(11)

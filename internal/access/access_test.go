@@ -91,8 +91,11 @@ func TestClickHouseLeastPrivilege(t *testing.T) {
 		}
 		for _, table := range access.DetectorInsertTables {
 			stmt := "INSERT INTO " + table + " (ts) VALUES (now64(6))"
-			if table == "diagnose_hourly" {
+			switch table {
+			case "diagnose_hourly":
 				stmt = "INSERT INTO diagnose_hourly (hour) VALUES (toStartOfHour(now()))"
+			case "slo_objectives", "engine_config":
+				stmt = "INSERT INTO " + table + " (loaded_at) VALUES (now64(6))"
 			}
 			if err := detector.Exec(ctx, stmt); err != nil {
 				t.Errorf("insert into %s as detector: %v", table, err)

@@ -201,8 +201,8 @@ func TestConsoleInBrowser(t *testing.T) {
 			name: p.dataset.panel, points: p.dataset.points || '', baselines: p.dataset.baselines || '',
 			badge: (p.querySelector('[data-badge]').dataset.state || ''), action: p.querySelector('.action').innerText,
 			canvas: String(p.querySelectorAll('canvas').length)}))`)
-		if len(panels) != 17 {
-			t.Fatalf("%d panels drawn, want 17: %v", len(panels), panels)
+		if len(panels) != 21 {
+			t.Fatalf("%d panels drawn, want 21: %v", len(panels), panels)
 		}
 		for _, p := range panels {
 			if p["points"] == "" || p["points"] == "0" {
@@ -248,6 +248,19 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Errorf("browser errors on the dashboard:\n%s", strings.Join(errs, "\n"))
 		}
 		b.shot(t, "dashboard")
+		// The service-level row, each panel as a PNG to look at.
+		for _, name := range []string{"goodput", "error_budget", "headroom", "cost"} {
+			b.do(t, chromedp.ScrollIntoView("#panel-"+name))
+			ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+			png, err := chromedp.Run(ctx, chromedp.Screenshot("#panel-"+name))
+			cancel()
+			if err != nil {
+				t.Fatalf("screenshot of panel %s: %v", name, err)
+			}
+			if err := os.WriteFile(filepath.Join(screenshotDir(t), "panel-"+name+".png"), png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 	})
 
 	t.Run("filters", func(t *testing.T) {

@@ -9,11 +9,14 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	builtin "github.com/servescope/servescope/deploy/detector"
 	"github.com/servescope/servescope/dev/requestfixture"
 	"github.com/servescope/servescope/dev/synth"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/internal/postmortem"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/detector/alerting"
+	"github.com/servescope/servescope/services/detector/slo"
 )
 
 // Demo-shaped data: the shape scripts/demo leaves in its database, made in a second. A synthetic
@@ -97,6 +100,24 @@ func seed(t *testing.T, conn driver.Conn, now time.Time) seeded {
 		t.Fatalf("set citations_missing: %v", err)
 	}
 
+	// The detector's SLOs and engines file (the service-level and cost panels read them), and the
+	// engine's cumulative histograms every minute of the day (the capacity panel's reading).
+	slos, err := slo.LoadBuiltin(builtin.SLOs, builtin.SLOsDir, builtin.RepoDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := slo.Sync(ctx, config.ClickHouse{}, conn, slos, now.Add(-26*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	price, seqs := 0.45, uint32(256)
+	if err := slo.SyncEngines(ctx, config.ClickHouse{}, conn, &slo.Engines{Currency: "USD",
+		Default: &slo.EngineSetting{PricePerHour: &price, MaxNumSeqs: &seqs}}, now.Add(-26*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	// No scrape of these in the overload: its own samples (256 running, 44 waiting) are the
+	// engine's state then, which the request page and the running panel read.
+	insertHistograms(t, ctx, conn, s.engine, s.model, now.Add(-26*time.Hour), now, s.overloadFrom.Add(-time.Minute), s.overloadTo.Add(time.Minute))
+
 	// The crash: vLLM 0.10's log of the out-of-memory death of docs/measurements.md (The crash), moved to 6 minutes ago.
 	s.crashAt = now.Add(-6 * time.Minute)
 	insertCrashLog(t, ctx, conn, s.engine, s.crashAt)
@@ -155,6 +176,34 @@ func seed(t *testing.T, conn driver.Conn, now time.Time) seeded {
 		}
 	}
 	return s
+}
+
+// insertHistograms writes a scrape of the engine every minute in [from, to) holding the cumulative
+// histograms of its /metrics: 2 requests a second of 128 output and 44 prompt tokens that hold a
+// slot 2.07 s, and 60 steps a second computing 4, 12 or 33 tokens in turn (a minute each) at
+// 0.0156 s + 0.00032 s a token. No scrape falls in [skipFrom, skipTo].
+func insertHistograms(t *testing.T, ctx context.Context, conn driver.Conn, engine, model string, from, to, skipFrom, skipTo time.Time) {
+	t.Helper()
+	if err := conn.Exec(ctx, `INSERT INTO engine_samples (event_id, ts, engine, model, up, num_requests_running, num_requests_waiting,
+			kv_cache_usage_perc, histogram_sum, histogram_count)
+		SELECT concat('hist-', toString(n)), fromUnixTimestamp64Micro($1, 'UTC') + toIntervalMinute(n), $2, $3, true, 4, 0, 0.004,
+		       map('e2e_request_latency_seconds', r * 2.08, 'request_inference_time_seconds', r * 2.07,
+		           'request_queue_time_seconds', 0., 'request_generation_tokens', r * 128, 'request_prompt_tokens', r * 44,
+		           'iteration_tokens_total', tok, 'inter_token_latency_seconds', itl),
+		       map('e2e_request_latency_seconds', r, 'request_inference_time_seconds', r, 'request_queue_time_seconds', r,
+		           'request_generation_tokens', r, 'request_prompt_tokens', r, 'iteration_tokens_total', steps, 'inter_token_latency_seconds', tok)
+		FROM
+		(
+		    SELECT number AS n, toFloat64(n * 120) AS r, toFloat64(n * 3600) AS steps,
+		           3600 * (intDiv(n, 3) * 49 + arraySum(arraySlice([4, 12, 33], 1, n % 3))) AS tok,
+		           3600 * (intDiv(n, 3) * arraySum(x -> x * (0.0156 + 0.00032 * x), [4, 12, 33])
+		                   + arraySum(x -> x * (0.0156 + 0.00032 * x), arraySlice([4, 12, 33], 1, n % 3))) AS itl
+		    FROM numbers(toUInt64($4))
+		)
+		WHERE NOT (n >= $5 AND n <= $6)`, from.UnixMicro(), engine, model, int64(to.Sub(from)/time.Minute),
+		int64(skipFrom.Sub(from)/time.Minute), int64(skipTo.Sub(from)/time.Minute)+1); err != nil {
+		t.Fatalf("insert the engine's histograms: %v", err)
+	}
 }
 
 func insertCrashLog(t *testing.T, ctx context.Context, conn driver.Conn, engine string, death time.Time) {

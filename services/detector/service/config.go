@@ -34,6 +34,13 @@ type Config struct {
 	// RulesDir holds extra rule files (*.yaml); a rule named like a built-in one replaces it
 	// (`servescope rules check` says so). They are reloaded when a file changes and on SIGHUP.
 	RulesDir string `env:"DETECTOR_RULES_DIR"`
+	// SLOsDir holds SLO files (*.yaml, services/detector/slo); an SLO named like a built-in one
+	// replaces it. Each SLO's burn-rate rules run with the others, and its objectives are written
+	// into slo_objectives at start and at every reload.
+	SLOsDir string `env:"DETECTOR_SLOS_DIR"`
+	// EnginesFile is the engines file (services/detector/slo, Engines): prices per engine-hour
+	// and slot limits, written into engine_config at start and at every reload.
+	EnginesFile string `env:"DETECTOR_ENGINES_FILE"`
 	// Interval is the evaluation interval of rules that do not set their own.
 	Interval time.Duration `env:"DETECTOR_INTERVAL" envDefault:"30s"`
 	// MetricsAddr serves /metrics, /healthz and /readyz (ready: ClickHouse answering, the alert

@@ -135,7 +135,9 @@
         case "score": return v.toFixed(3);
         case "tokens": return compact(v);
         case "tokens_per_s": return compact(v) + "/s";
-        case "requests_per_s": return (Math.abs(v) >= 10 ? Math.round(v) : parseFloat(v.toPrecision(2))) + "/s";
+        case "requests_per_s": return (Math.abs(v) >= 100 ? Math.round(v) : parseFloat(v.toPrecision(3))) + "/s";
+        case "ratio": return parseFloat(v.toPrecision(3)) + "×";
+        case "usd": return "$" + (Math.abs(v) >= 100 ? Math.round(v).toString() : parseFloat(v.toPrecision(3)).toString());
         default: return Math.abs(v) >= 100 ? Math.round(v).toString() : (Math.round(v * 10) / 10).toString();
       }
     };
