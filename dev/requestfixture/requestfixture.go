@@ -29,8 +29,11 @@ import (
 // Story is one request and the events that tell it.
 type Story struct {
 	RequestID, ResponseID, TraceID, EngineRequestID string
-	Arrival, Finished                               time.Time
-	Events                                          []schema.Event
+	// SpanID is the gateway's own span id for the request, the parent of its engine span, as the
+	// gateway forwards it in traceparent (schema.RequestFinished.SpanID).
+	SpanID            string
+	Arrival, Finished time.Time
+	Events            []schema.Event
 }
 
 // Shape is what a story's request looks like.
@@ -86,7 +89,7 @@ func Tell(s Shape, arrival time.Time) Story {
 	if trace == "" {
 		trace = NewID(16)
 	}
-	st := Story{RequestID: id, ResponseID: "chatcmpl-" + id, EngineRequestID: "chatcmpl-" + id, TraceID: trace, Arrival: arrival}
+	st := Story{RequestID: id, ResponseID: "chatcmpl-" + id, EngineRequestID: "chatcmpl-" + id, TraceID: trace, SpanID: NewID(8), Arrival: arrival}
 	st.Finished = arrival.Add(time.Duration(s.E2E * float64(time.Second)))
 	maxTokens := s.OutputTokens
 	p := func(v float64) *float64 { return &v }
@@ -99,6 +102,7 @@ func Tell(s Shape, arrival time.Time) Story {
 	fin := schema.NewRequestFinished(id, arrival, st.Finished)
 	fin.Model, fin.Endpoint, fin.Stream, fin.StatusCode, fin.MaxTokens = s.Model, "/v1/chat/completions", s.Stream, s.Status, &maxTokens
 	fin.App, fin.TraceID, fin.Gateway, fin.Upstream, fin.PromptVersion = s.App, trace, "demo-gateway", s.Upstream, "p12"
+	fin.SpanID = st.SpanID
 	fin.E2ESeconds = p(s.E2E)
 	fin.ErrorLayer, fin.ErrorCode = s.ErrorLayer, s.ErrorCode
 	if s.ErrorLayer != "" {
@@ -124,6 +128,7 @@ func Tell(s Shape, arrival time.Time) Story {
 	if !s.NoSpan {
 		span := schema.NewEngineSpan(id, st.Finished.Add(-time.Millisecond))
 		span.EngineRequestID, span.TraceID, span.SpanID, span.Engine, span.StartTS = st.EngineRequestID, trace, NewID(8), s.Engine, engineArrival
+		span.ParentSpanID = st.SpanID
 		span.QueueSeconds, span.PrefillSeconds, span.DecodeSeconds = p(s.Queue), p(s.Prefill), p(s.Decode)
 		span.InferenceSeconds, span.TTFTSeconds = p(s.Prefill+s.Decode), p(engineTTFT)
 		span.E2ESeconds = p(s.Queue + s.Prefill + s.Decode + 0.004)

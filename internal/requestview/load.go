@@ -161,8 +161,10 @@ type Span struct {
 	CompletionTokens *uint32    `json:"completion_tokens,omitempty"`
 	FinishReason     string     `json:"finish_reason,omitempty"`
 	MaxTokens        *uint32    `json:"max_tokens,omitempty"`
-	// Other is true for a span of another trace than the request's: another request that reused
-	// the same X-Request-Id.
+	// ParentSpanID is the span's parent: the gateway's span of the request that sent it.
+	ParentSpanID string `json:"parent_span_id,omitempty"`
+	// Other is true for a span of another request that reused the same X-Request-Id: another
+	// trace, or another gateway span (the request's span_id) as its parent.
 	Other bool `json:"other_request,omitempty"`
 }
 
@@ -296,7 +298,10 @@ type Request struct {
 	App      string `json:"app,omitempty"`
 	Gateway  string `json:"gateway,omitempty"`
 	// Upstream is the engine URL the gateway sent the request to.
-	Upstream     string   `json:"upstream,omitempty"`
+	Upstream string `json:"upstream,omitempty"`
+	// SpanID is the gateway's own span for the request, the parent of its engine spans (empty on
+	// rows written before migration 000020 and while it has not finished).
+	SpanID       string   `json:"span_id,omitempty"`
 	TraceSampled *bool    `json:"trace_sampled,omitempty"`
 	Versions     Versions `json:"versions"`
 	// Status is nil while the request has not finished.
@@ -360,7 +365,7 @@ func Load(ctx context.Context, conn driver.Conn, m Match, opts Options) (*Reques
 	}
 	end := r.end(opts.Now)
 
-	eng, err := loadEngine(ctx, conn, r.RequestID, r.TraceID, r.ArrivalTS, end)
+	eng, err := loadEngine(ctx, conn, r.RequestID, r.TraceID, r.SpanID, r.ArrivalTS, end)
 	if err != nil {
 		return nil, err
 	}
@@ -430,7 +435,7 @@ type gatewayRow struct {
 	maxTokens, foreign                                  *uint32
 	violation                                           *bool
 	app, promptVersion, configVersion, index, embedding string
-	traceID                                             string
+	traceID, spanID                                     string
 	traceSampled                                        *bool
 	upstream, gateway                                   string
 }
@@ -449,7 +454,7 @@ func loadGateway(ctx context.Context, conn driver.Conn, m Match) (*gatewayRow, e
 		&g.queue, &g.prefill, &g.decode, &g.ttft, &g.tpot, &g.e2e, &g.sched, &g.itl,
 		&g.prompt, &g.completion, &g.cached, &g.estimated, &g.finish, &g.finishes, &g.responseID, &g.maxTokens,
 		&g.foreign, &g.violation, &g.app, &g.promptVersion, &g.configVersion, &g.index, &g.embedding,
-		&g.traceID, &g.traceSampled, &g.upstream, &g.gateway)
+		&g.traceID, &g.spanID, &g.traceSampled, &g.upstream, &g.gateway)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -500,7 +505,7 @@ func (r *Request) fromGateway(g *gatewayRow) {
 	fin := g.finished.UTC()
 	r.Finished, r.FinishedTS = true, &fin
 	r.Model, r.Endpoint, r.App, r.Gateway, r.Upstream = g.model, g.endpoint, g.app, g.gateway, g.upstream
-	r.ResponseID, r.TraceID, r.TraceSampled = g.responseID, g.traceID, g.traceSampled
+	r.ResponseID, r.TraceID, r.SpanID, r.TraceSampled = g.responseID, g.traceID, g.spanID, g.traceSampled
 	code := g.status
 	r.StatusCode = &code
 	r.Versions = Versions{Prompt: g.promptVersion, Config: g.configVersion, Index: g.index, EmbeddingModel: g.embedding}
@@ -632,15 +637,21 @@ func (r *Request) notes() {
 				others++
 			}
 		}
-		if others > 0 {
-			r.Notes = append(r.Notes, fmt.Sprintf("%d of the engine's spans under request id %s belong to another trace: the caller reused its X-Request-Id. The engine figures above combine every span of the id and may hold another request's.", others, r.RequestID))
+		switch {
+		case others > 0 && r.SpanID != "":
+			r.Notes = append(r.Notes, fmt.Sprintf("%d of the engine's spans under request id %s belong to another request (another trace or gateway span as their parent): the caller reused its X-Request-Id. They are listed apart and are not in the engine figures above.", others, r.RequestID))
+		case others > 0:
+			r.Notes = append(r.Notes, fmt.Sprintf("%d of the engine's spans under request id %s belong to another trace: the caller reused its X-Request-Id. The gateway's row names no span of its own (written before servescope kept one), so the engine figures above are those of the id's spans in this request's trace.", others, r.RequestID))
 		}
 	}
 }
 
-func loadEngine(ctx context.Context, conn driver.Conn, id, traceID string, arrival, end time.Time) (*Engine, error) {
-	// As request_facts_window reads spans: from a minute before the arrival to an hour after the end.
-	p := map[string]string{"id": chstore.StringParam(id), "from": chTime(arrival.Add(-time.Minute)), "to": chTime(end.Add(time.Hour))}
+func loadEngine(ctx context.Context, conn driver.Conn, id, traceID, spanID string, arrival, end time.Time) (*Engine, error) {
+	// As request_facts_window reads spans: from a minute before the arrival to an hour after the
+	// end, those whose parent is the gateway's span of this one request (spanID), or without one
+	// those of its trace.
+	p := map[string]string{"id": chstore.StringParam(id), "trace_id": chstore.StringParam(traceID), "span_id": chstore.StringParam(spanID),
+		"from": chTime(arrival.Add(-time.Minute)), "to": chTime(end.Add(time.Hour))}
 	qctx := chstore.WithParams(ctx, p)
 	var e Engine
 	err := conn.QueryRow(qctx, query("engine")).Scan(&e.Name, &e.Model, &e.TraceID, &e.StartTS, &e.EndTS, &e.Children, &e.Prompts,
@@ -662,12 +673,13 @@ func loadEngine(ctx context.Context, conn driver.Conn, id, traceID string, arriv
 	defer rows.Close()
 	for rows.Next() {
 		var s Span
-		if err := rows.Scan(&s.EngineRequestID, &s.PromptIndex, &s.ChildIndex, &s.TraceID, &s.Engine, &s.StartTS, &s.EndTS,
+		if err := rows.Scan(&s.EngineRequestID, &s.PromptIndex, &s.ChildIndex, &s.TraceID, &s.ParentSpanID, &s.Engine, &s.StartTS, &s.EndTS,
 			&s.Queue, &s.Prefill, &s.Decode, &s.Inference, &s.TTFT, &s.E2E, &s.PromptTokens, &s.CompletionTokens,
 			&s.FinishReason, &s.MaxTokens); err != nil {
 			return nil, fmt.Errorf("read an engine span of request %s: %w", id, err)
 		}
-		s.Other = traceID != "" && s.TraceID != "" && s.TraceID != traceID
+		s.Other = traceID != "" && s.TraceID != "" && s.TraceID != traceID ||
+			spanID != "" && s.ParentSpanID != spanID
 		e.Spans = append(e.Spans, s)
 	}
 	if err := rows.Err(); err != nil {

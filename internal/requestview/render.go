@@ -138,7 +138,7 @@ func (r *Request) WriteText(w io.Writer) error {
 		for _, s := range e.Spans {
 			other := ""
 			if s.Other {
-				other = "   (another request's trace)"
+				other = "   (another request's span)"
 			}
 			fmt.Fprintf(&b, "    %s  queue %s  prefill %s  decode %s  out %s  %s%s\n", s.EngineRequestID, Num(s.Queue), Num(s.Prefill),
 				Num(s.Decode), Tok(s.CompletionTokens), dash(s.FinishReason), other)

@@ -36,6 +36,13 @@ func TestRequestStory(t *testing.T) {
 	dup1 := requestfixture.Tell(dupShape, now.Add(-15*time.Minute))
 	dupShape.Queue = 1.5
 	dup2 := requestfixture.Tell(dupShape, now.Add(-14*time.Minute))
+	// Two requests reusing one X-Request-Id in one trace (a client retrying under its traceparent):
+	// only the gateway's span, the parent of each engine span, tells their engine data apart.
+	sameTrace := requestfixture.Overload(engine)
+	sameTrace.RequestID, sameTrace.TraceID, sameTrace.Queue, sameTrace.OutputTokens = "client-req-0002", requestfixture.NewID(16), 0.1, 40
+	same1 := requestfixture.Tell(sameTrace, now.Add(-13*time.Minute))
+	sameTrace.Queue, sameTrace.OutputTokens = 0.2, 90
+	same2 := requestfixture.Tell(sameTrace, now.Add(-12*time.Minute))
 	// A stream the engine broke off when it died (vLLM 0.10's out-of-memory death, 193 running).
 	death := now.Add(-6 * time.Minute)
 	crashShape := requestfixture.Overload(engine)
@@ -50,7 +57,7 @@ func TestRequestStory(t *testing.T) {
 	// A request still in flight: started, never finished.
 	hung := requestfixture.Tell(requestfixture.Overload(engine), now.Add(-3*time.Minute))
 	var events []schema.Event
-	for _, st := range []requestfixture.Story{over, dup1, dup2, crashed} {
+	for _, st := range []requestfixture.Story{over, dup1, dup2, same1, same2, crashed} {
 		events = append(events, st.Events...)
 	}
 	events = append(events, crashLog...)
@@ -189,6 +196,47 @@ func TestRequestStory(t *testing.T) {
 		if other != 1 || !strings.Contains(strings.Join(r.Notes, " "), "reused its X-Request-Id") {
 			t.Errorf("the other request's span is not told apart: %d others, notes %q", other, r.Notes)
 		}
+		// The engine figures are the request's own: dup1 never queued, dup2 queued 1.5 s.
+		if r.Engine == nil || r.Engine.Children != 1 || r.Engine.Queue == nil || *r.Engine.Queue != 0 {
+			t.Errorf("engine of the first request %+v: want its own span alone, queue 0", r.Engine)
+		}
+	})
+
+	t.Run("a reused X-Request-Id in one trace", func(t *testing.T) {
+		ms, err := requestview.Find(ctx, conn, same1.TraceID)
+		if err != nil || len(ms) != 2 {
+			t.Fatalf("find the shared trace: %+v, %v", ms, err)
+		}
+		for _, st := range []struct {
+			story  requestfixture.Story
+			queue  float64
+			tokens uint32
+		}{{same1, 0.1, 40}, {same2, 0.2, 90}} {
+			m, ok := requestview.Pick(ms, st.story.Arrival)
+			if !ok {
+				t.Fatalf("pick %s", st.story.Arrival)
+			}
+			r, err := requestview.Load(ctx, conn, m, requestview.Options{Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := r.Engine
+			if r.SpanID != st.story.SpanID || e == nil || e.Children != 1 || e.Queue == nil || *e.Queue != st.queue ||
+				e.CompletionTokens == nil || *e.CompletionTokens != st.tokens {
+				t.Fatalf("request at %s: span %q, engine %+v: want its own span alone (queue %v, %d tokens)", st.story.Arrival, r.SpanID, e, st.queue, st.tokens)
+			}
+			var own, other int
+			for _, s := range e.Spans {
+				if s.Other {
+					other++
+				} else if s.ParentSpanID == st.story.SpanID {
+					own++
+				}
+			}
+			if own != 1 || other != 1 || !strings.Contains(strings.Join(r.Notes, " "), "not in the engine figures above") {
+				t.Errorf("request at %s: %d own and %d other spans, notes %q", st.story.Arrival, own, other, r.Notes)
+			}
+		}
 	})
 
 	t.Run("a request caught in the engine's death", func(t *testing.T) {
@@ -237,22 +285,24 @@ func TestRequestStory(t *testing.T) {
 
 	t.Run("the slowest requests", func(t *testing.T) {
 		from, to := now.Add(-time.Hour), now
-		byQueue, err := requestview.Slowest(ctx, conn, from, to, "", "", "queue_s", false, 2)
+		byQueue, err := requestview.Slowest(ctx, conn, from, to, "", "", "queue_s", false, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The engine's queue wait (no gateway copy of its timing object here): the overload request
-		// first. (The reused id's two requests share their spans until the engine data joins on the
-		// trace: which of them comes next is not asserted.)
-		if len(byQueue) != 2 || byQueue[0].RequestID != over.RequestID || *byQueue[0].QueueS != 0.472 ||
-			byQueue[0].QueueSource != requestview.SourceEngineSpan {
+		// The engine's queue wait (no gateway copy of its timing object here), each request its own:
+		// the reused id's second request (1.5 s), the overload request (0.472 s), then the reused
+		// id in one trace's second (0.2 s); the reused id's first, which never queued, is not
+		// lifted by its namesake.
+		if len(byQueue) != 3 || byQueue[0].RequestID != dup2.RequestID || !byQueue[0].ArrivalTS.Equal(dup2.Arrival) || *byQueue[0].QueueS != 1.5 ||
+			byQueue[1].RequestID != over.RequestID || *byQueue[1].QueueS != 0.472 || byQueue[1].QueueSource != requestview.SourceEngineSpan ||
+			!byQueue[2].ArrivalTS.Equal(same2.Arrival) || *byQueue[2].QueueS != 0.2 {
 			t.Errorf("by queue wait: %+v", byQueue)
 		}
 		byE2E, err := requestview.Slowest(ctx, conn, from, to, "", "", "e2e_s", false, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(byE2E) != 4 || byE2E[0].RequestID != crashed.RequestID || byE2E[1].QueueS == nil || byE2E[0].PromptText != "" {
+		if len(byE2E) != 6 || byE2E[0].RequestID != crashed.RequestID || byE2E[1].QueueS == nil || byE2E[0].PromptText != "" {
 			t.Errorf("by E2E: %+v", byE2E)
 		}
 		none, err := requestview.Slowest(ctx, conn, from, to, "no such model", "", "queue_s", false, 10)

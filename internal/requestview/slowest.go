@@ -49,7 +49,8 @@ func Slowest(ctx context.Context, conn driver.Conn, from, to time.Time, model, a
 	p := map[string]string{"from": chTime(from), "to": chTime(to), "model": chstore.StringParam(model), "app": chstore.StringParam(app),
 		"order": order, "limit": strconv.Itoa(limit), "ids": "[]"}
 	var queueOrder []string
-	queued := map[string]float64{}
+	// By request: a reused X-Request-Id names several, each with its own queue wait.
+	queued := map[slowKey]float64{}
 	if order == "queue_s" {
 		// The engine's queue wait needs the engine's record: pick the requests by it, then read
 		// their rows (of the app filter too, hence a few more than limit).
@@ -60,13 +61,16 @@ func Slowest(ctx context.Context, conn driver.Conn, from, to time.Time, model, a
 		}
 		for rows.Next() {
 			var id string
+			var arrival time.Time
 			var q float64
-			if err := rows.Scan(&id, &q); err != nil {
+			if err := rows.Scan(&id, &arrival, &q); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("read a request that waited: %w", err)
 			}
-			queueOrder = append(queueOrder, id)
-			queued[id] = q
+			if !slices.Contains(queueOrder, id) {
+				queueOrder = append(queueOrder, id)
+			}
+			queued[slowKey{id, arrival.UTC()}] = q
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -100,12 +104,18 @@ func Slowest(ctx context.Context, conn driver.Conn, from, to time.Time, model, a
 		return nil, fmt.Errorf("read the slowest requests: %w", err)
 	}
 	if order == "queue_s" {
-		for i := range out {
-			if out[i].QueueS == nil {
-				q := queued[out[i].RequestID]
-				out[i].QueueS, out[i].QueueSource = &q, SourceEngineSpan
+		picked := out[:0]
+		for _, s := range out {
+			q, ok := queued[slowKey{s.RequestID, s.ArrivalTS}]
+			if !ok {
+				continue // another request of a reused id, not among those that waited longest
 			}
+			if s.QueueS == nil {
+				s.QueueS, s.QueueSource = &q, SourceEngineSpan
+			}
+			picked = append(picked, s)
 		}
+		out = picked
 		slices.SortStableFunc(out, func(a, b Slow) int { return cmpDesc(*a.QueueS, *b.QueueS) })
 		if len(out) > limit {
 			out = out[:limit]
@@ -122,6 +132,12 @@ func Slowest(ctx context.Context, conn driver.Conn, from, to time.Time, model, a
 	return out, nil
 }
 
+// slowKey is one request: its id and arrival.
+type slowKey struct {
+	id      string
+	arrival time.Time
+}
+
 func cmpDesc(a, b float64) int {
 	switch {
 	case a > b:
@@ -132,8 +148,8 @@ func cmpDesc(a, b float64) int {
 	return 0
 }
 
-// fillQueues gives the requests whose gateway row has no queue wait the engine's (engine_requests,
-// as request_facts_window reads spans: from a minute before the range to an hour after it).
+// fillQueues gives the requests whose gateway row has no queue wait the engine's, as
+// request_timings_window joins it to each request.
 func fillQueues(ctx context.Context, conn driver.Conn, from, to time.Time, out []Slow) error {
 	var ids []string
 	for _, s := range out {
@@ -144,26 +160,27 @@ func fillQueues(ctx context.Context, conn driver.Conn, from, to time.Time, out [
 	if len(ids) == 0 {
 		return nil
 	}
-	p := map[string]string{"from": chTime(from.Add(-time.Minute)), "to": chTime(to.Add(time.Hour)), "ids": arrayParam(ids)}
+	p := map[string]string{"from": chTime(from), "to": chTime(to), "ids": arrayParam(ids)}
 	rows, err := conn.Query(chstore.WithParams(ctx, p), query("engine_queue"))
 	if err != nil {
 		return fmt.Errorf("read the engine's queue waits: %w", err)
 	}
 	defer rows.Close()
-	q := map[string]float64{}
+	q := map[slowKey]float64{}
 	for rows.Next() {
 		var id string
+		var arrival time.Time
 		var v float64
-		if err := rows.Scan(&id, &v); err != nil {
+		if err := rows.Scan(&id, &arrival, &v); err != nil {
 			return fmt.Errorf("read an engine queue wait: %w", err)
 		}
-		q[id] = v
+		q[slowKey{id, arrival.UTC()}] = v
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read the engine's queue waits: %w", err)
 	}
 	for i := range out {
-		if v, ok := q[out[i].RequestID]; ok && out[i].QueueS == nil {
+		if v, ok := q[slowKey{out[i].RequestID, out[i].ArrivalTS}]; ok && out[i].QueueS == nil {
 			out[i].QueueS, out[i].QueueSource = &v, SourceEngineSpan
 		}
 	}

@@ -5,7 +5,7 @@ SELECT request_id, arrival_ts, finished_ts, toString(model), toString(endpoint),
        prompt_tokens, completion_tokens, cached_tokens, tokens_estimated, toString(finish_reason),
        arrayMap(x -> toString(x), finish_reasons), response_id, max_tokens, output_foreign_chars,
        output_script_violation, toString(app), toString(prompt_version), toString(config_version),
-       toString(index_version), toString(embedding_model_version), trace_id, trace_sampled,
+       toString(index_version), toString(embedding_model_version), trace_id, span_id, trace_sampled,
        toString(upstream), toString(gateway)
 FROM requests FINAL
 WHERE request_id = {id:String} AND arrival_ts = {arrival:DateTime64(6, 'UTC')}
