@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -719,6 +721,14 @@ func loadState(ctx context.Context, conn driver.Conn, engine string, arrival tim
 		return nil, fmt.Errorf("read the engine samples: %w", err)
 	}
 	st := &State{Engine: engine, EngineSource: SourceEngineSpan}
+	if cores := dataParallelCores(engine, engines); engine != "" && len(byEngine[engine]) == 0 && len(cores) > 0 {
+		// vLLM's span names the server, not the engine core that ran the request, and each core has
+		// its own slots and KV cache: no core's numbers, nor their sum (the server's stats line
+		// aggregated over its engines), are the request's engine's state.
+		return &State{Engine: engine, EngineSource: fmt.Sprintf(
+			"data-parallel: %d engine cores sampled (%s); vLLM's span does not say which one ran the request, so its engine's state at arrival is unknown",
+			len(cores), strings.Join(cores, ", "))}, nil
+	}
 	if engine == "" {
 		if len(engines) != 1 {
 			if len(engines) > 1 {
@@ -765,6 +775,19 @@ func loadState(ctx context.Context, conn driver.Conn, engine string, arrival tim
 	}
 	st.facts()
 	return st, nil
+}
+
+// dataParallelCores are the sampled engine cores of a data-parallel server named engine
+// (<engine>#<i>, as the collector names each `engine` label's samples).
+func dataParallelCores(engine string, sampled []string) []string {
+	var cores []string
+	for _, e := range sampled {
+		if engine != "" && strings.HasPrefix(e, engine+"#") {
+			cores = append(cores, e)
+		}
+	}
+	slices.Sort(cores)
+	return cores
 }
 
 // facts say what the state means for the request, from the sample at or before its arrival

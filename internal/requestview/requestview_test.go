@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +45,24 @@ func TestRequestStory(t *testing.T) {
 	same1 := requestfixture.Tell(sameTrace, now.Add(-13*time.Minute))
 	sameTrace.Queue, sameTrace.OutputTokens = 0.2, 90
 	same2 := requestfixture.Tell(sameTrace, now.Add(-12*time.Minute))
+	// A request to a data-parallel server (--data-parallel-size 2): its span names the server, the
+	// collector samples each engine core as <engine>#<i>, and the log has each core's stats line.
+	dpShape := requestfixture.Overload("vllm-dp")
+	dpShape.Queue = 0.05
+	dp := requestfixture.Tell(dpShape, now.Add(-10*time.Minute))
+	var dpEvents []schema.Event
+	for _, e := range dp.Events {
+		if e.Kind() != schema.KindEngineSample {
+			dpEvents = append(dpEvents, e)
+		}
+	}
+	for i, running := range []float64{256, 12} {
+		smp := schema.NewEngineSample(fmt.Sprintf("vllm-dp#%d", i), dp.Arrival.Add(-300*time.Millisecond))
+		engines := uint16(2)
+		smp.Up, smp.EngineIndex, smp.Engines, smp.NumRequestsRunning = true, strconv.Itoa(i), &engines, &running
+		dpEvents = append(dpEvents, smp)
+	}
+	dp.Events = dpEvents
 	// A stream the engine broke off when it died (vLLM 0.10's out-of-memory death, 193 running).
 	death := now.Add(-6 * time.Minute)
 	crashShape := requestfixture.Overload(engine)
@@ -57,7 +77,7 @@ func TestRequestStory(t *testing.T) {
 	// A request still in flight: started, never finished.
 	hung := requestfixture.Tell(requestfixture.Overload(engine), now.Add(-3*time.Minute))
 	var events []schema.Event
-	for _, st := range []requestfixture.Story{over, dup1, dup2, same1, same2, crashed} {
+	for _, st := range []requestfixture.Story{over, dup1, dup2, same1, same2, dp, crashed} {
 		events = append(events, st.Events...)
 	}
 	events = append(events, crashLog...)
@@ -239,6 +259,23 @@ func TestRequestStory(t *testing.T) {
 		}
 	})
 
+	t.Run("a request to a data-parallel server", func(t *testing.T) {
+		ms, err := requestview.Find(ctx, conn, dp.RequestID)
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("find %s: %+v, %v", dp.RequestID, ms, err)
+		}
+		r, err := requestview.Load(ctx, conn, ms[0], requestview.Options{Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Neither core's numbers (one had every slot taken) nor the server's stats line are its
+		// engine's: the span does not say which core ran it.
+		if r.Engine == nil || r.State == nil || r.State.Before != nil || r.State.Stats != nil ||
+			!strings.Contains(r.State.EngineSource, "data-parallel: 2 engine cores sampled (vllm-dp#0, vllm-dp#1)") {
+			t.Errorf("engine %+v, state %+v", r.Engine, r.State)
+		}
+	})
+
 	t.Run("a request caught in the engine's death", func(t *testing.T) {
 		ms, err := requestview.Find(ctx, conn, crashed.RequestID)
 		if err != nil {
@@ -302,7 +339,7 @@ func TestRequestStory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(byE2E) != 6 || byE2E[0].RequestID != crashed.RequestID || byE2E[1].QueueS == nil || byE2E[0].PromptText != "" {
+		if len(byE2E) != 7 || byE2E[0].RequestID != crashed.RequestID || byE2E[1].QueueS == nil || byE2E[0].PromptText != "" {
 			t.Errorf("by E2E: %+v", byE2E)
 		}
 		none, err := requestview.Slowest(ctx, conn, from, to, "no such model", "", "queue_s", false, 10)
