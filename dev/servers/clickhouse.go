@@ -61,6 +61,11 @@ type ClickHouse struct {
 	// views (table functions, which are resolved in the current database at run time, not when
 	// the view was created) need it to be the database holding them.
 	ClusterDatabase string
+	// ClusterSecret, when set, is every cluster's <secret>: the nodes trust each other with it, and
+	// a query one sends to another runs there as the user who asked it (without a secret, as the
+	// replica's <user>, the default user), as deploy/clickhouse/cluster/config.d/remote_servers.xml
+	// has it.
+	ClusterSecret string
 	// Macros, when set, is the config's <macros> (e.g. shard, replica): the values
 	// {shard} and {replica} take in Replicated table paths and in ON CLUSTER DDL.
 	Macros map[string]string
@@ -199,6 +204,9 @@ func (c ClickHouse) config() string {
 		b.WriteString("    <remote_servers>\n")
 		for _, name := range slices.Sorted(maps.Keys(c.Clusters)) {
 			fmt.Fprintf(&b, "        <%s>\n", name)
+			if c.ClusterSecret != "" {
+				fmt.Fprintf(&b, "            <secret>%s</secret>\n", xmlText(c.ClusterSecret))
+			}
 			for _, shard := range c.Clusters[name] {
 				b.WriteString("            <shard>\n                <internal_replication>true</internal_replication>\n")
 				for _, addr := range shard {

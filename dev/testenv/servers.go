@@ -202,33 +202,68 @@ func StartClickHouseShards(t testing.TB, name, database string, shards int) []*C
 // coordination node in every server's config, so that Replicated tables can be created on them.
 func StartClickHouseCluster(t testing.TB, name, database string, shards int, zooKeeper string) []*ClickHouseServer {
 	t.Helper()
+	return StartClickHouseClusterOf(t, ClickHouseCluster{Name: name, Database: database, Shards: shards, ZooKeeper: zooKeeper})
+}
+
+// ClickHouseCluster describes private ClickHouse servers started as the shards of one cluster
+// (one replica each) by [StartClickHouseClusterOf].
+type ClickHouseCluster struct {
+	// Name is the cluster's name in every server's remote_servers; Shards how many servers.
+	Name   string
+	Shards int
+	// Database, when set, is every replica's default_database (servers.ClickHouse.ClusterDatabase).
+	Database string
+	// ZooKeeper, when set (host:port), is the coordination node in every server's config.
+	ZooKeeper string
+	// Secret, when set, is the cluster's secret: a query one server sends to another runs there as
+	// the user who asked it, as in deploy/clickhouse/cluster/config.d/remote_servers.xml.
+	Secret string
+	// UsersXML, when set, is every server's users.xml (see StartClickHouseUsers): it must keep a
+	// passwordless default user.
+	UsersXML string
+}
+
+// StartClickHouseClusterOf starts c.Shards private ClickHouse servers, one replica per shard, each
+// with c.Name in its remote_servers (every server, in order, one shard) and the macros shard (01,
+// 02, ...) and replica (r1). A Distributed table over c.Name on any of them reaches them all.
+func StartClickHouseClusterOf(t testing.TB, c ClickHouseCluster) []*ClickHouseServer {
+	t.Helper()
 	in := installed(t)
+	usersFile := ""
+	if c.UsersXML != "" {
+		usersFile = filepath.Join(t.TempDir(), "users.xml")
+		if err := os.WriteFile(usersFile, []byte(c.UsersXML), 0o600); err != nil {
+			t.Fatalf("write ClickHouse users.xml: %v", err)
+		}
+	}
 	var out []*ClickHouseServer
 	// Every server names every other's native port in its remote_servers: a port lost by one is
 	// a new set of ports for all.
-	onFreePorts(t, 2*shards, func(ctx context.Context, ports []int) error {
-		cfgs := make([]servers.ClickHouse, shards)
-		layout := make([][]string, shards)
+	onFreePorts(t, 2*c.Shards, func(ctx context.Context, ports []int) error {
+		cfgs := make([]servers.ClickHouse, c.Shards)
+		layout := make([][]string, c.Shards)
 		for i := range cfgs {
 			cfgs[i] = clickHouseConfig(in, t.TempDir(), ports[2*i], ports[2*i+1])
 			layout[i] = []string{cfgs[i].Addr()}
 		}
-		out = make([]*ClickHouseServer, shards)
+		out = make([]*ClickHouseServer, c.Shards)
 		for i := range cfgs {
-			cfgs[i].Clusters = map[string][][]string{name: layout}
-			cfgs[i].ClusterDatabase = database
+			cfgs[i].Clusters = map[string][][]string{c.Name: layout}
+			cfgs[i].ClusterDatabase = c.Database
+			cfgs[i].ClusterSecret = c.Secret
+			cfgs[i].UsersFile = usersFile
 			cfgs[i].Macros = map[string]string{"shard": fmt.Sprintf("%02d", i+1), "replica": "r1"}
-			if zooKeeper != "" {
-				cfgs[i].ZooKeeper = []string{zooKeeper}
+			if c.ZooKeeper != "" {
+				cfgs[i].ZooKeeper = []string{c.ZooKeeper}
 			}
 			var err error
 			if out[i], err = newClickHouse(t, cfgs[i]); err != nil {
 				return err
 			}
 		}
-		procs := make([]*proc.Process, shards)
-		for i, c := range out {
-			procs[i] = c.s.Process
+		procs := make([]*proc.Process, c.Shards)
+		for i, s := range out {
+			procs[i] = s.s.Process
 		}
 		return startAll(ctx, procs)
 	})

@@ -25,10 +25,10 @@ import (
 // disabled"). A node that is down fails MigrateSharded; it is safe to run again, every step is
 // idempotent.
 //
-// The servers' remote_servers must give every replica <default_database> = the local database:
-// request_facts calls the parameterized view request_facts_window, and a view's table-function
-// calls resolve in the current database when the query runs on the shard, which is the
-// connection's default database.
+// The views' calls of parameterized views name their database (QualifyViews, run after each
+// node's migrations), so a shard reads them the same whatever the current database of the query
+// it is sent: remote_servers need not name a <default_database> (before, they had to name the
+// local one).
 
 // LocalDatabase is the database holding a node's own share of a sharded schema's rows.
 func LocalDatabase(cfg config.ClickHouse) string { return cfg.Database + "_local" }
