@@ -347,3 +347,28 @@ func LastCrash(engineErrorLog string) (string, error) {
 	}
 	return strings.Join(out, "\n"), nil
 }
+
+// ClusterProfile is the default settings profile of a sharded cluster's users, as the compose
+// cluster profile gives its nodes (deploy/clickhouse/cluster/users.d/servescope-profile.xml):
+// distributed_product_mode=global runs an IN or JOIN subquery over a Distributed table inside a
+// query over another (the ready "in flight" query: requests_started ... NOT IN (SELECT request_id
+// FROM requests ...)) once on the node that was asked, and ships its answer to the shards, as
+// GLOBAL IN would: with ClickHouse's default (deny) such a query fails with code 288.
+var ClusterProfile = map[string]string{"distributed_product_mode": "global"}
+
+// ClusterUsersXML is a users.xml for the development shards: the passwordless default user (all
+// privileges, as the engine's own default) with profile default = ClusterProfile.
+func ClusterUsersXML() string {
+	var b strings.Builder
+	b.WriteString("<!-- Written by servescope's dev/servers; edits are overwritten. -->\n<clickhouse>\n")
+	b.WriteString("    <profiles>\n        <default>\n")
+	for _, k := range slices.Sorted(maps.Keys(ClusterProfile)) {
+		fmt.Fprintf(&b, "            <%s>%s</%s>\n", k, xmlText(ClusterProfile[k]), k)
+	}
+	b.WriteString("        </default>\n    </profiles>\n")
+	b.WriteString("    <quotas><default></default></quotas>\n")
+	b.WriteString("    <users>\n        <default>\n            <password></password>\n")
+	b.WriteString("            <networks><ip>::/0</ip></networks>\n            <profile>default</profile>\n            <quota>default</quota>\n")
+	b.WriteString("            <access_management>1</access_management>\n        </default>\n    </users>\n</clickhouse>\n")
+	return b.String()
+}

@@ -218,23 +218,26 @@ type ClickHouseCluster struct {
 	// Secret, when set, is the cluster's secret: a query one server sends to another runs there as
 	// the user who asked it, as in deploy/clickhouse/cluster/config.d/remote_servers.xml.
 	Secret string
-	// UsersXML, when set, is every server's users.xml (see StartClickHouseUsers): it must keep a
-	// passwordless default user.
+	// UsersXML is every server's users.xml (see StartClickHouseUsers): it must keep a passwordless
+	// default user, and should give the default profile servers.ClusterProfile, as a deployed
+	// cluster does. Empty: servers.ClusterUsersXML().
 	UsersXML string
 }
 
 // StartClickHouseClusterOf starts c.Shards private ClickHouse servers, one replica per shard, each
-// with c.Name in its remote_servers (every server, in order, one shard) and the macros shard (01,
-// 02, ...) and replica (r1). A Distributed table over c.Name on any of them reaches them all.
+// with c.Name in its remote_servers (every server, in order, one shard), the macros shard (01,
+// 02, ...) and replica (r1), and its users from c.UsersXML. A Distributed table over c.Name on any
+// of them reaches them all.
 func StartClickHouseClusterOf(t testing.TB, c ClickHouseCluster) []*ClickHouseServer {
 	t.Helper()
 	in := installed(t)
-	usersFile := ""
-	if c.UsersXML != "" {
-		usersFile = filepath.Join(t.TempDir(), "users.xml")
-		if err := os.WriteFile(usersFile, []byte(c.UsersXML), 0o600); err != nil {
-			t.Fatalf("write ClickHouse users.xml: %v", err)
-		}
+	users := c.UsersXML
+	if users == "" {
+		users = servers.ClusterUsersXML()
+	}
+	usersFile := filepath.Join(t.TempDir(), "users.xml")
+	if err := os.WriteFile(usersFile, []byte(users), 0o600); err != nil {
+		t.Fatalf("write ClickHouse users.xml: %v", err)
 	}
 	var out []*ClickHouseServer
 	// Every server names every other's native port in its remote_servers: a port lost by one is
