@@ -70,7 +70,9 @@ var ShardedObjects = []ShardedObject{
 // ParameterizedViews are the schema's views that take parameters, all of them from and to
 // (DateTime64(6, 'UTC')). A Distributed table cannot pass parameters, so the sharded schema
 // has, under each of these names, a parameterized view of the same parameters that runs the
-// local one on every shard through the cluster table function and unites the answers. A query
+// local one on every shard through the cluster table function and unites the answers. The
+// wrappers are SQL SECURITY DEFINER views of the user who ran MigrateSharded, so that readers
+// need no READ ON REMOTE grant (the cluster table function's); that user must keep it. A query
 // must not join a Distributed table with one of these views itself: ClickHouse 26.7 sends such a
 // join to the shards naming the view without its parameters, which they refuse; the join goes
 // into a view of this list instead (request_timings_window, request_facts_window,
@@ -184,7 +186,11 @@ func createDistributed(ctx context.Context, cfg config.ClickHouse) error {
 		}
 	}
 	for _, name := range ParameterizedViews {
-		q := fmt.Sprintf("CREATE OR REPLACE VIEW `%s`.`%s` AS SELECT * FROM cluster('%s', view(SELECT * FROM `%s`.`%s`(%s)))",
+		// SQL SECURITY DEFINER: the cluster table function needs READ ON REMOTE, which would let a
+		// reader make the server connect anywhere; the wrapper calls it as the user who ran the
+		// migration, and the shards still run the local view as the reader (remote_servers'
+		// secret), with the reader's grants on the local database.
+		q := fmt.Sprintf("CREATE OR REPLACE VIEW `%s`.`%s` DEFINER = CURRENT_USER SQL SECURITY DEFINER AS SELECT * FROM cluster('%s', view(SELECT * FROM `%s`.`%s`(%s)))",
 			cfg.Database, name, cfg.Cluster, local, name, windowArgs)
 		if err := conn.Exec(ctx, q); err != nil {
 			return fmt.Errorf("create view %s.%s over cluster %s: %w", cfg.Database, name, cfg.Cluster, err)

@@ -271,6 +271,10 @@ func (w *retentionWatch) load(ctx context.Context) {
 	var parts []string
 	for _, table := range sink.Tables() {
 		if r, ok := ret[table]; ok {
+			if r.Table != table {
+				parts = append(parts, table+": "+r.Expr+" (TTL of "+r.Table+")")
+				continue
+			}
 			parts = append(parts, table+": "+r.Expr)
 		} else {
 			parts = append(parts, table+": none understood")
