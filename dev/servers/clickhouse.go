@@ -350,11 +350,13 @@ func LastCrash(engineErrorLog string) (string, error) {
 
 // ClusterProfile is the default settings profile of a sharded cluster's users, as the compose
 // cluster profile gives its nodes (deploy/clickhouse/cluster/users.d/servescope-profile.xml):
-// distributed_product_mode=global runs an IN or JOIN subquery over a Distributed table inside a
-// query over another (the ready "in flight" query: requests_started ... NOT IN (SELECT request_id
-// FROM requests ...)) once on the node that was asked, and ships its answer to the shards, as
-// GLOBAL IN would: with ClickHouse's default (deny) such a query fails with code 288.
-var ClusterProfile = map[string]string{"distributed_product_mode": "global"}
+//   - distributed_product_mode=global runs an IN or JOIN subquery over a Distributed table inside
+//     a query over another (the ready "in flight" query: requests_started ... NOT IN (SELECT
+//     request_id FROM requests ...)) once on the node that was asked, and ships its answer to the
+//     shards, as GLOBAL IN would: with ClickHouse's default (deny) such a query fails with code 288;
+//   - push_external_roles_in_interserver_queries=0 has the shards run a query as the user who
+//     asked with that user's own roles there (the services set it themselves: config.ClickHouse).
+var ClusterProfile = map[string]string{"distributed_product_mode": "global", "push_external_roles_in_interserver_queries": "0"}
 
 // ClusterUsersXML is a users.xml for the development shards: the passwordless default user (all
 // privileges, as the engine's own default) with profile default = ClusterProfile.

@@ -1,11 +1,16 @@
-// Package chstoretest reads servescope's schema as a user would, for the tests of a single server
-// and of a sharded cluster (internal/chstore, dev/e2e).
+// Package chstoretest reads servescope's schema as a user would — every view, and the docs' ready
+// SQL — for the tests of a single server and of a sharded cluster (internal/chstore, dev/e2e,
+// dev/security).
 package chstoretest
 
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -49,3 +54,44 @@ func ReadEveryView(ctx context.Context, conn driver.Conn, database string, from,
 	}
 	return views, nil
 }
+
+// ReadySQLSource is the file holding the ready SQL users copy (every ```sql block of it), relative
+// to the repository root: the one place that says where the docs keep it.
+const ReadySQLSource = "README.md"
+
+// ReadySQL returns every statement of the ```sql blocks of ReadySQLSource, in order, found from
+// dir (a test's working directory) up to the repository root (the directory holding go.mod).
+func ReadySQL(dir string) ([]string, error) {
+	root, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(root)
+		if parent == root {
+			return nil, fmt.Errorf("no go.mod above %s: not inside the repository", dir)
+		}
+		root = parent
+	}
+	raw, err := os.ReadFile(filepath.Join(root, ReadySQLSource))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, b := range sqlBlock.FindAllStringSubmatch(string(raw), -1) {
+		for _, q := range strings.Split(b[1], ";") {
+			if q = strings.TrimSpace(q); q != "" {
+				out = append(out, q)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s holds no ```sql block", ReadySQLSource)
+	}
+	return out, nil
+}
+
+var sqlBlock = regexp.MustCompile("(?s)```sql\n(.*?)```")
