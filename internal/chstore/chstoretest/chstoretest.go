@@ -20,11 +20,12 @@ import (
 
 // ReadEveryView reads every view of database through conn by its qualified name, whatever conn's
 // current database: `SELECT count() FROM db.view` for a plain view, and with from and to for each
-// of [chstore.ParameterizedViews] (every one takes those two parameters). It returns the views
-// read, and the first error, naming the view.
+// of [chstore.ParameterizedViews] (every one takes those two parameters). On a sharded schema the
+// Distributed tables are read too (request_facts and engine_timeline are Distributed tables over
+// the shards' views). It returns what it read, and the first error, naming the view.
 func ReadEveryView(ctx context.Context, conn driver.Conn, database string, from, to time.Time) ([]string, error) {
 	rows, err := conn.Query(chstore.WithParams(ctx, map[string]string{"db": database}),
-		"SELECT name FROM system.tables WHERE database = {db:String} AND engine = 'View' ORDER BY name")
+		"SELECT name FROM system.tables WHERE database = {db:String} AND engine IN ('View', 'Distributed') ORDER BY name")
 	if err != nil {
 		return nil, fmt.Errorf("list the views of %s: %w", database, err)
 	}
