@@ -124,7 +124,7 @@ const testCluster = "servescope_test"
 // first node, as a service given both nodes does.
 func startSharded(t *testing.T) ([]*testenv.ClickHouseServer, config.ClickHouse, driver.Conn) {
 	t.Helper()
-	shards := testenv.StartClickHouseShards(t, testCluster, "servescope_local", 2)
+	shards := testenv.StartClickHouseShards(t, testCluster, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	cfg := testenv.ClickHouseConfig(t)

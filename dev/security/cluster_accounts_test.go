@@ -37,7 +37,8 @@ import (
 // on two shards (a cluster secret, so that the shards run each query as the user who asked, as the
 // compose cluster profile does), every query that account's holder runs:
 //   - the consumer: its start-up schema check, its reading of the TTLs (from the local tables), an
-//     insert of every event kind and of ingest_errors through the Distributed tables;
+//     insert of every event kind and of ingest_errors through the Distributed tables, and the
+//     flush of their queues (what it queued while a shard was out);
 //   - the detector: every built-in rule evaluated and its state recorded, alert state saved and
 //     restored, a webhook delivery recorded and read back, diagnose's baseline hours computed and
 //     written (diagnose_hourly), and diagnose;
@@ -93,6 +94,13 @@ func TestAccountsOnAShardedCluster(t *testing.T) {
 		errs := []sink.IngestError{{TS: now, Subject: "servescope.v1.request.finished", StreamSeq: 7, Reason: "test", Payload: []byte("{")}}
 		if err := s.InsertErrors(ctx, errs, sink.ErrorsToken(errs)); err != nil {
 			t.Fatalf("insert ingest_errors as the consumer: %v", err)
+		}
+		// What it queued for a shard that did not answer, it sends once the shard answers
+		// (sink.Sharded).
+		for _, table := range access.ConsumerInsertTables {
+			if err := consumer.Exec(ctx, "SYSTEM FLUSH DISTRIBUTED "+table); err != nil {
+				t.Errorf("flush the Distributed table %s as the consumer: %v", table, err)
+			}
 		}
 		if n := accesstest.Count(t, root, "requests"); n != requests {
 			t.Errorf("requests holds %d rows through the Distributed table, want %d", n, requests)

@@ -54,13 +54,10 @@ type ClickHouse struct {
 	// Clusters, when set, is the config's <remote_servers>: each cluster's shards, each shard's
 	// replicas by native-protocol address (host:port). A Distributed table names one of them.
 	// Shards declare internal_replication, so with Replicated tables a Distributed insert goes to
-	// one replica of a shard and replication does the rest.
+	// one replica of a shard and replication does the rest. Replicas name no <default_database>:
+	// with one, a node does not take itself for a replica of its own shard (every insert and read
+	// of its own rows goes through a connection to itself, and an asynchronous insert queues them).
 	Clusters map[string][][]string
-	// ClusterDatabase, when set, is every replica's <default_database>: the current database of
-	// the queries a Distributed table sends to the shards. Views whose queries name parameterized
-	// views (table functions, which are resolved in the current database at run time, not when
-	// the view was created) need it to be the database holding them.
-	ClusterDatabase string
 	// ClusterSecret, when set, is every cluster's <secret>: the nodes trust each other with it, and
 	// a query one sends to another runs there as the user who asked it (without a secret, as the
 	// replica's <user>, the default user), as deploy/clickhouse/cluster/config.d/remote_servers.xml
@@ -211,11 +208,7 @@ func (c ClickHouse) config() string {
 				b.WriteString("            <shard>\n                <internal_replication>true</internal_replication>\n")
 				for _, addr := range shard {
 					host, port, _ := net.SplitHostPort(addr)
-					db := ""
-					if c.ClusterDatabase != "" {
-						db = "<default_database>" + xmlText(c.ClusterDatabase) + "</default_database>"
-					}
-					fmt.Fprintf(&b, "                <replica><host>%s</host><port>%s</port>%s</replica>\n", xmlText(host), xmlText(port), db)
+					fmt.Fprintf(&b, "                <replica><host>%s</host><port>%s</port></replica>\n", xmlText(host), xmlText(port))
 				}
 				b.WriteString("            </shard>\n")
 			}

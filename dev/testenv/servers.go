@@ -191,18 +191,16 @@ func newClickHouse(t testing.TB, cfg servers.ClickHouse) (*ClickHouseServer, err
 // configured with the cluster name in its remote_servers (every server, in order, one shard) and
 // the macros shard (01, 02, ...) and replica (r1). A Distributed table over name on any of them
 // reaches them all.
-//
-// database, when set, is the replicas' default_database (see servers.ClickHouse.ClusterDatabase).
-func StartClickHouseShards(t testing.TB, name, database string, shards int) []*ClickHouseServer {
+func StartClickHouseShards(t testing.TB, name string, shards int) []*ClickHouseServer {
 	t.Helper()
-	return StartClickHouseCluster(t, name, database, shards, "")
+	return StartClickHouseCluster(t, name, shards, "")
 }
 
 // StartClickHouseCluster is StartClickHouseShards with, when zooKeeper (host:port) is set, that
 // coordination node in every server's config, so that Replicated tables can be created on them.
-func StartClickHouseCluster(t testing.TB, name, database string, shards int, zooKeeper string) []*ClickHouseServer {
+func StartClickHouseCluster(t testing.TB, name string, shards int, zooKeeper string) []*ClickHouseServer {
 	t.Helper()
-	return StartClickHouseClusterOf(t, ClickHouseCluster{Name: name, Database: database, Shards: shards, ZooKeeper: zooKeeper})
+	return StartClickHouseClusterOf(t, ClickHouseCluster{Name: name, Shards: shards, ZooKeeper: zooKeeper})
 }
 
 // ClickHouseCluster describes private ClickHouse servers started as the shards of one cluster
@@ -211,8 +209,6 @@ type ClickHouseCluster struct {
 	// Name is the cluster's name in every server's remote_servers; Shards how many servers.
 	Name   string
 	Shards int
-	// Database, when set, is every replica's default_database (servers.ClickHouse.ClusterDatabase).
-	Database string
 	// ZooKeeper, when set (host:port), is the coordination node in every server's config.
 	ZooKeeper string
 	// Secret, when set, is the cluster's secret: a query one server sends to another runs there as
@@ -252,7 +248,6 @@ func StartClickHouseClusterOf(t testing.TB, c ClickHouseCluster) []*ClickHouseSe
 		out = make([]*ClickHouseServer, c.Shards)
 		for i := range cfgs {
 			cfgs[i].Clusters = map[string][][]string{c.Name: layout}
-			cfgs[i].ClusterDatabase = c.Database
 			cfgs[i].ClusterSecret = c.Secret
 			cfgs[i].UsersFile = usersFile
 			cfgs[i].Macros = map[string]string{"shard": fmt.Sprintf("%02d", i+1), "replica": "r1"}

@@ -180,7 +180,10 @@ func createDistributed(ctx context.Context, cfg config.ClickHouse) error {
 		if o.ShardingKey != "" {
 			args += ", " + o.ShardingKey
 		}
-		q := fmt.Sprintf("CREATE OR REPLACE TABLE `%s`.`%s` AS `%s`.`%s` ENGINE = Distributed(%s)", cfg.Database, o.Name, local, o.Name, args)
+		// fsync: an insert the consumer makes asynchronous while a shard is out (its sink's
+		// Sharded) returns, and is acknowledged, once the node holds the queued rows on disk.
+		q := fmt.Sprintf("CREATE OR REPLACE TABLE `%s`.`%s` AS `%s`.`%s` ENGINE = Distributed(%s) SETTINGS fsync_after_insert = 1, fsync_directories = 1",
+			cfg.Database, o.Name, local, o.Name, args)
 		if err := conn.Exec(ctx, q); err != nil {
 			return fmt.Errorf("create Distributed table %s.%s over cluster %s: %w", cfg.Database, o.Name, cfg.Cluster, err)
 		}

@@ -31,7 +31,7 @@ func TestMigrateOnAClusterNamesTheNode(t *testing.T) {
 // local table (the Distributed table under the name has none), one line a node. It sets the
 // process environment, so it does not run in parallel.
 func TestMigrateTTLOnACluster(t *testing.T) {
-	shards := testenv.StartClickHouseShards(t, "servescope_ttl", "", 2)
+	shards := testenv.StartClickHouseShards(t, "servescope_ttl", 2)
 	addrs := []string{shards[0].Addr(), shards[1].Addr()}
 	t.Setenv("SERVESCOPE_CLICKHOUSE_ADDR", strings.Join(addrs, ","))
 	t.Setenv("SERVESCOPE_CLICKHOUSE_CLUSTER", "servescope_ttl")

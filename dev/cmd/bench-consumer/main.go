@@ -200,7 +200,7 @@ func runSharded(ctx context.Context, log *slog.Logger, consumerBin string, n, ba
 	const cluster = "bench_shards"
 	sharded := chCfg
 	sharded.Database, sharded.Cluster, sharded.Addr = "servescope", cluster, nil
-	nodes, err := benchkit.StartPrivateShards(ctx, root, "", cluster, chstore.LocalDatabase(sharded), shards, log)
+	nodes, err := benchkit.StartPrivateShards(ctx, root, "", cluster, shards, log)
 	if err != nil {
 		return res, err
 	}
