@@ -90,14 +90,20 @@ func BenchmarkShardedInserts(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N*shardBenchRows)/b.Elapsed().Seconds(), "rows/s")
 	}
-	token := func(evs []schema.Event) string { return sink.Token(sink.TableRequests, []string{evs[0].Head().EventID}) }
+	token := func(evs []schema.Event) string {
+		return sink.Token(sink.TableRequests, []string{evs[0].Head().EventID})
+	}
 	b.Run("sync", func(b *testing.B) {
 		s := sink.New(syncConn)
-		run(b, func(evs []schema.Event) error { return s.InsertEvents(ctx, schema.KindRequestFinished, evs, token(evs)) })
+		run(b, func(evs []schema.Event) error {
+			return s.InsertEvents(ctx, schema.KindRequestFinished, evs, token(evs))
+		})
 	})
 	b.Run("async", func(b *testing.B) {
 		s := sink.New(asyncConn)
-		run(b, func(evs []schema.Event) error { return s.InsertEvents(ctx, schema.KindRequestFinished, evs, token(evs)) })
+		run(b, func(evs []schema.Event) error {
+			return s.InsertEvents(ctx, schema.KindRequestFinished, evs, token(evs))
+		})
 		if err := asyncConn.Exec(ctx, "SYSTEM FLUSH DISTRIBUTED requests"); err != nil {
 			b.Fatal(err)
 		}
@@ -139,4 +145,3 @@ func BenchmarkShardedInserts(b *testing.B) {
 		b.Errorf("%d rows on another shard than cityHash64(request_id) %% 2 picks", misplaced)
 	}
 }
-

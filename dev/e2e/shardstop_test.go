@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema/publish"
+	"github.com/servescope/servescope/services/console/server"
 	consumerpipeline "github.com/servescope/servescope/services/consumer/pipeline"
 )
 
@@ -28,7 +33,8 @@ const shardDown = 30 * time.Second
 // ledger of every published event_id against requests read with FINAL through the Distributed
 // table says lost 0, duplicated 0. (Before, a batch holds rows for both shards, the synchronous
 // insert failed as a whole, and the consumer stopped for every shard until the stopped one came
-// back: about one batch landed on the live shard in 30 s.)
+// back: about one batch landed on the live shard in 30 s.) Meanwhile the console says, panel by
+// panel, that the stopped shard does not answer, and still serves its pages.
 func TestShardStoppedUnderTrafficLosesNothing(t *testing.T) {
 	shards, ch, sharded := startSharded(t)
 	ns := testenv.StartNATS(t)
@@ -71,7 +77,9 @@ func TestShardStoppedUnderTrafficLosesNothing(t *testing.T) {
 
 	shards[1].Stop()
 	stopped, liveBefore := traffic.count(), localRows(ctx, t, live)
-	step("shard 2 stopped", shardDown)
+	step("shard 2 stopped", shardDown/2)
+	consoleSaysShardDown(t, ch, shards[1].Addr())
+	step("shard 2 still stopped", shardDown/2)
 	published, liveAfter := traffic.count()-stopped, localRows(ctx, t, live)
 	queued := scalar(ctx, t, live, "SELECT sum(data_files), sum(data_compressed_bytes), sum(broken_data_files) FROM system.distribution_queue WHERE database = currentDatabase() AND table = 'requests'")
 	shards[1].Start()
@@ -159,4 +167,53 @@ func reachableRows(ctx context.Context, t *testing.T, conn driver.Conn) uint64 {
 		t.Fatalf("count requests: %v", err)
 	}
 	return n
+}
+
+// consoleSaysShardDown checks that the console, with one shard of ch's cluster at stopped down,
+// serves its dashboard and answers each panel with 503, shard_down and a message naming the shard:
+// not a blank 500, not the whole-ClickHouse outage banner.
+func consoleSaysShardDown(t *testing.T, ch config.ClickHouse, stopped string) {
+	t.Helper()
+	srv, err := server.New(server.Config{ClickHouse: ch, ListenAddr: "127.0.0.1:0", Auth: server.AuthProxy, QueryTimeout: time.Minute}, discardLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, _ := get("/"); code != http.StatusOK {
+		t.Errorf("console dashboard with a shard down: %d", code)
+	}
+	code, body := get("/api/panels")
+	var panels []server.PanelInfo
+	if err := json.Unmarshal([]byte(body), &panels); code != http.StatusOK || err != nil || len(panels) == 0 {
+		t.Fatalf("GET /api/panels with a shard down: %d %v", code, err)
+	}
+	for _, p := range panels {
+		code, body := get("/api/panel/" + p.Name)
+		var answer struct {
+			Error          string `json:"error"`
+			ShardDown      bool   `json:"shard_down"`
+			ClickHouseDown bool   `json:"clickhouse_down"`
+		}
+		_ = json.Unmarshal([]byte(body), &answer)
+		if code != http.StatusServiceUnavailable || !answer.ShardDown || answer.ClickHouseDown ||
+			!strings.Contains(answer.Error, "the ClickHouse shard at "+stopped+" does not answer") || !strings.Contains(answer.Error, "panel "+p.Name) {
+			t.Errorf("panel %s with shard %s down: %d %s; want 503 with shard_down and a message naming panel and shard", p.Name, stopped, code, firstLine(body))
+			continue
+		}
+		if p.Name == panels[0].Name {
+			t.Logf("panel %s with a shard down: %s", p.Name, firstLine(answer.Error))
+		}
+	}
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
 }

@@ -565,8 +565,8 @@ func TestClickHouseConfigDescribesTheCluster(t *testing.T) {
 		Launcher: "chlaunch", Lib: "libchdb.so", TCPPort: 1, HTTPPort: 2,
 		DataDir: filepath.Join(dir, "data"), ConfigFile: filepath.Join(dir, "config.xml"),
 		EngineLog: filepath.Join(dir, "e.log"), EngineErrorLog: filepath.Join(dir, "err.log"), Log: filepath.Join(dir, "out.log"),
-		Clusters:        map[string][][]string{"obs": {{"127.0.0.1:9001"}, {"127.0.0.1:9002", "127.0.0.1:9003"}}},
-		Macros:          map[string]string{"shard": "02", "replica": "r1"},
+		Clusters: map[string][][]string{"obs": {{"127.0.0.1:9001"}, {"127.0.0.1:9002", "127.0.0.1:9003"}}},
+		Macros:   map[string]string{"shard": "02", "replica": "r1"},
 	}
 	if err := c.Prepare(); err != nil {
 		t.Fatal(err)

@@ -276,7 +276,7 @@ func (c *consumer) queuedForShard(table string, rows int, cause error) {
 	c.queued.WithLabelValues(table).Add(float64(rows))
 	if cause != nil {
 		c.log.Warn("a shard does not answer: its rows wait in the Distributed tables' queue on the node that took the insert, the other shards' rows land, and the messages are acknowledged",
-			"table", table, "rows", rows, "shard", sink.UnavailableShard(cause), "error", cause)
+			"table", table, "rows", rows, "shard", chstore.UnavailableShard(cause), "error", cause)
 	}
 }
 
