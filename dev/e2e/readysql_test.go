@@ -12,13 +12,14 @@ import (
 
 	"github.com/servescope/servescope/dev/eventgen"
 	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/docs"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/chstore/chstoretest"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/consumer/sink"
 )
 
-// Every ready query of the docs (chstoretest.ReadySQL) runs on one server and on two shards, as a
+// Every ready query of the docs (docs/sql-cookbook.md, docs.Statements) runs on one server and on two shards, as a
 // user's client sends it (no settings of its own; the shards' default profile as the compose
 // cluster's), over the same events, and answers the same rows. The "in flight" query's plain NOT
 // IN over a Distributed table failed on the shards with code 288 under ClickHouse's default
@@ -63,26 +64,26 @@ func TestReadySQLOnOneServerAndShards(t *testing.T) {
 		}
 	}
 
-	queries, err := chstoretest.ReadySQL(".")
+	queries, err := docs.Statements(docs.CookbookPage)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, q := range queries {
 		one, err := answer(ctx, single, q)
 		if err != nil {
-			t.Errorf("ready query (%s) on one server: %v\n%s", chstoretest.ReadySQLSource, err, q)
+			t.Errorf("ready query (docs/%s) on one server: %v\n%s", docs.CookbookPage, err, q)
 			continue
 		}
 		two, err := answer(ctx, shards, q)
 		if err != nil {
-			t.Errorf("ready query (%s) on the shards: %v\n%s", chstoretest.ReadySQLSource, err, q)
+			t.Errorf("ready query (docs/%s) on the shards: %v\n%s", docs.CookbookPage, err, q)
 			continue
 		}
 		if !slices.Equal(one, two) {
-			t.Errorf("ready query (%s) answers differently:\n%s\none server: %q\nshards:     %q", chstoretest.ReadySQLSource, q, one, two)
+			t.Errorf("ready query (docs/%s) answers differently:\n%s\none server: %q\nshards:     %q", docs.CookbookPage, q, one, two)
 		}
 	}
-	t.Logf("%d ready queries of %s answered the same on one server and on two shards", len(queries), chstoretest.ReadySQLSource)
+	t.Logf("%d ready queries of docs/%s answered the same on one server and on two shards", len(queries), docs.CookbookPage)
 
 	other := client
 	other.Database = "default"

@@ -18,10 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/servescope/servescope/dev/eventgen"
+	"github.com/servescope/servescope/docs"
 	"github.com/servescope/servescope/internal/access"
 	"github.com/servescope/servescope/internal/access/accesstest"
 	"github.com/servescope/servescope/internal/chstore"
-	"github.com/servescope/servescope/internal/chstore/chstoretest"
 	"github.com/servescope/servescope/internal/diagnose"
 	"github.com/servescope/servescope/internal/postmortem"
 	"github.com/servescope/servescope/schema"
@@ -31,6 +31,7 @@ import (
 	"github.com/servescope/servescope/services/detector/notify"
 	"github.com/servescope/servescope/services/detector/rules"
 	"github.com/servescope/servescope/services/detector/service"
+	"github.com/servescope/servescope/services/detector/slo"
 )
 
 // TestAccountsOnAShardedCluster runs, as each least-privilege account of `servescope access` and
@@ -61,7 +62,8 @@ func TestAccountsOnAShardedCluster(t *testing.T) {
 	defer cancel()
 	consumerCfg := accesstest.As(admin, a.Consumer)
 	consumer := accesstest.Open(t, consumerCfg)
-	detector := accesstest.Open(t, accesstest.As(admin, a.Detector))
+	detectorCfg := accesstest.As(admin, a.Detector)
+	detector := accesstest.Open(t, detectorCfg)
 	consoleCfg := accesstest.As(admin, a.Console)
 	console := accesstest.Open(t, consoleCfg)
 	root := accesstest.Open(t, admin)
@@ -111,9 +113,29 @@ func TestAccountsOnAShardedCluster(t *testing.T) {
 	})
 
 	t.Run("detector", func(t *testing.T) {
-		defs, err := service.LoadRules("")
+		// The built-in rules and the burn-rate rules of the built-in SLOs, as the detector loads them.
+		loaded, err := service.Load(service.Config{})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if loaded.Engines, err = slo.ParseEngines("engines.yaml", []byte("default: {price_per_hour: 1.2}\nengines:\n  vllm-0: {max_num_seqs: 64}\n")); err != nil {
+			t.Fatal(err)
+		}
+		defs := loaded.Rules
+		d, err := service.New(service.Config{ClickHouse: detectorCfg, Interval: 30 * time.Second, RepeatInterval: 4 * time.Hour, RuleConcurrency: 4}, detector, defs, prometheus.NewRegistry(), log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The SLOs and the engines file go to every node's local tables, which each shard's
+		// slo_requests_window and the cost and capacity views read there.
+		if err := d.WriteConfig(ctx, loaded); err != nil {
+			t.Fatalf("write the SLOs and the engines file as the detector: %v", err)
+		}
+		for _, table := range chstore.NodeTables {
+			var shards uint64
+			if err := root.QueryRow(ctx, "SELECT uniqExact(_shard_num) FROM cluster('"+accesstest.ShardedCluster+"', `"+a.LocalDatabase+"`."+table+")").Scan(&shards); err != nil || shards != 2 {
+				t.Errorf("%s written by the detector on %d of 2 shards (%v)", table, shards, err)
+			}
 		}
 		for _, def := range defs {
 			r, err := rules.NewSQLRule(def, detector)
@@ -123,10 +145,6 @@ func TestAccountsOnAShardedCluster(t *testing.T) {
 			if _, err := r.Eval(ctx, now); err != nil {
 				t.Errorf("rule %s as the detector: %v", def.Name, err)
 			}
-		}
-		d, err := service.New(service.Config{Interval: 30 * time.Second, RepeatInterval: 4 * time.Hour, RuleConcurrency: 4}, detector, defs, prometheus.NewRegistry(), log)
-		if err != nil {
-			t.Fatal(err)
 		}
 		if err := d.Restore(ctx); err != nil {
 			t.Errorf("restore alert state as the detector: %v", err)
@@ -204,7 +222,9 @@ func TestAccountsOnAShardedCluster(t *testing.T) {
 		for _, p := range panels {
 			paths = append(paths, "/api/panel/"+url.PathEscape(p.Name))
 		}
-		paths = append(paths, "/api/options", "/", "/alerts", "/crash")
+		// The request page, by its request id and by its engine's id (the lookup's indexes).
+		paths = append(paths, "/api/options", "/", "/alerts", "/crash", "/request/req-000000007", "/api/request/req-000000007",
+			"/request/1_cmpl-req-000000011-0")
 		for _, c := range server.Complaints {
 			paths = append(paths, "/complaint/"+c.ID)
 		}
@@ -220,14 +240,14 @@ func TestAccountsOnAShardedCluster(t *testing.T) {
 		if _, _, err := postmortem.Load(ctx, console, "", now); err != nil && !errors.Is(err, postmortem.ErrNoData) {
 			t.Errorf("postmortem as the console: %v", err)
 		}
-		queries, err := chstoretest.ReadySQL(".")
+		queries, err := docs.Statements(docs.CookbookPage)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, q := range queries {
 			rows, err := console.Query(ctx, q)
 			if err != nil {
-				t.Errorf("ready query (%s) as the console: %v\n%s", chstoretest.ReadySQLSource, err, q)
+				t.Errorf("ready query (docs/%s) as the console: %v\n%s", docs.CookbookPage, err, q)
 				continue
 			}
 			rows.Close()

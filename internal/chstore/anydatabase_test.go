@@ -32,7 +32,7 @@ func TestViewsReadFromAnyDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatalf("from database default: %v", err)
 	}
-	if want := len(chstore.ParameterizedViews) + 2; len(views) != want {
+	if want := len(chstore.ParameterizedViews) + len(chstore.MainViews) + 2; len(views) != want {
 		t.Errorf("read %d views %v, want %d (the parameterized ones, request_facts and engine_timeline)", len(views), views, want)
 	}
 	var n uint64

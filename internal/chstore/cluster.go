@@ -95,9 +95,32 @@ var NodeTables = []string{"slo_objectives", "engine_config"}
 
 // MainViews are views that must see every shard's rows at once: they aggregate over requests and
 // engines, which live on different shards (the engines' samples shard by engine, the requests by
-// request). In cfg.Database each is the local view's own definition, whose unqualified names
-// resolve to cfg.Database's Distributed tables and wrappers when it runs.
+// request). In cfg.Database each is the local view's own definition with every name it reads
+// moved from the local database to cfg.Database (mainDefinition): its tables become the
+// Distributed tables, its calls of parameterized views the cluster wrappers.
 var MainViews = []string{"slo_goodput", "slo_error_budget", "cost_window", "capacity_window"}
+
+// mainDefinition returns the local view's stored definition (system.tables.create_table_query,
+// "CREATE VIEW local.name ...") as a CREATE OR REPLACE VIEW of the same name in database, reading
+// database's objects where it read local's. ClickHouse stores a view's tables qualified with the
+// database it was created in, and QualifyViews has qualified its calls of parameterized views, so
+// a copy left as stored would read the node's own shard only: slo_goodput on a cluster counted
+// the requests of one shard.
+func mainDefinition(create, local, database, name string) (string, error) {
+	head := "CREATE VIEW " + local + "." + name + " "
+	if !strings.HasPrefix(create, head) {
+		return "", fmt.Errorf("view %s.%s: its definition does not start with %q", local, name, head)
+	}
+	body := localName(local).ReplaceAllString(strings.TrimPrefix(create, head), "${1}`"+database+"`.")
+	return fmt.Sprintf("CREATE OR REPLACE VIEW `%s`.`%s` %s", database, name, body), nil
+}
+
+// localName matches the local database's name qualifying a name (local.requests,
+// `local`.slo_requests_window), not as the tail of another identifier.
+func localName(local string) *regexp.Regexp {
+	q := regexp.QuoteMeta(local)
+	return regexp.MustCompile("(^|[^A-Za-z0-9_.`])(?:" + q + "|`" + q + "`)\\.")
+}
 
 // windowArgs passes a parameterized view's parameters on to the local view it wraps.
 const windowArgs = "from = {from:DateTime64(6, 'UTC')}, to = {to:DateTime64(6, 'UTC')}"
@@ -224,11 +247,10 @@ func createDistributed(ctx context.Context, cfg config.ClickHouse) error {
 			"SELECT create_table_query FROM system.tables WHERE database = {db:String} AND name = {name:String}").Scan(&create); err != nil {
 			return fmt.Errorf("read the definition of view %s.%s: %w", local, name, err)
 		}
-		head := "CREATE VIEW " + local + "." + name + " "
-		if !strings.HasPrefix(create, head) {
-			return fmt.Errorf("view %s.%s: its definition does not start with %q", local, name, head)
+		q, err := mainDefinition(create, local, cfg.Database, name)
+		if err != nil {
+			return err
 		}
-		q := fmt.Sprintf("CREATE OR REPLACE VIEW `%s`.`%s` %s", cfg.Database, name, strings.TrimPrefix(create, head))
 		if err := conn.Exec(ctx, q); err != nil {
 			return fmt.Errorf("create view %s.%s over the cluster-wide tables: %w", cfg.Database, name, err)
 		}
