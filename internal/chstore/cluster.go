@@ -111,15 +111,20 @@ func mainDefinition(create, local, database, name string) (string, error) {
 	if !strings.HasPrefix(create, head) {
 		return "", fmt.Errorf("view %s.%s: its definition does not start with %q", local, name, head)
 	}
-	body := localName(local).ReplaceAllString(strings.TrimPrefix(create, head), "${1}`"+database+"`.")
+	body := strings.TrimPrefix(create, head)
+	named, inQuoted := localNames(local)
+	body = named.ReplaceAllString(body, "${1}`"+database+"`.")
+	body = inQuoted.ReplaceAllString(body, "${1}`"+database+".")
 	return fmt.Sprintf("CREATE OR REPLACE VIEW `%s`.`%s` %s", database, name, body), nil
 }
 
-// localName matches the local database's name qualifying a name (local.requests,
-// `local`.slo_requests_window), not as the tail of another identifier.
-func localName(local string) *regexp.Regexp {
+// localNames match the local database's name qualifying a name, not as the tail of another
+// identifier: named as local.requests or `local`.requests, inQuoted inside one quoted name, as
+// ClickHouse stores a qualified call of a parameterized view: `local.slo_requests_window`(...).
+func localNames(local string) (named, inQuoted *regexp.Regexp) {
 	q := regexp.QuoteMeta(local)
-	return regexp.MustCompile("(^|[^A-Za-z0-9_.`])(?:" + q + "|`" + q + "`)\\.")
+	const before = "(^|[^A-Za-z0-9_.`])"
+	return regexp.MustCompile(before + "(?:" + q + "|`" + q + "`)\\."), regexp.MustCompile(before + "`" + q + "\\.")
 }
 
 // windowArgs passes a parameterized view's parameters on to the local view it wraps.

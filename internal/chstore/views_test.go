@@ -29,12 +29,12 @@ func TestQualifiedQuery(t *testing.T) {
 
 // A main view's copy in the main database reads the main database's Distributed tables, node
 // tables and cluster wrappers wherever the local definition read the local database's, quoted or
-// not; a database whose name merely ends like the local one, and a column of an alias, are left.
+// not, and in a call stored as one quoted name (`s_local.slo_requests_window`(...)); a database whose name merely ends like the local one, and a column of an alias, are left.
 func TestMainDefinition(t *testing.T) {
-	in := "CREATE VIEW s_local.slo_goodput (`slo` String) AS SELECT slo FROM `s_local`.slo_requests_window(`from` = {from:DateTime64(6, 'UTC')}, to = {to:DateTime64(6, 'UTC')}) AS w " +
-		"LEFT JOIN s_local.engine_config AS c ON c.name = w.slo LEFT JOIN xs_local.t AS x ON 1 WHERE w.slo IN (SELECT slo FROM s_local.requests FINAL)"
-	want := "CREATE OR REPLACE VIEW `s`.`slo_goodput` (`slo` String) AS SELECT slo FROM `s`.slo_requests_window(`from` = {from:DateTime64(6, 'UTC')}, to = {to:DateTime64(6, 'UTC')}) AS w " +
-		"LEFT JOIN `s`.engine_config AS c ON c.name = w.slo LEFT JOIN xs_local.t AS x ON 1 WHERE w.slo IN (SELECT slo FROM `s`.requests FINAL)"
+	in := "CREATE VIEW s_local.slo_goodput (`slo` String) AS SELECT slo FROM `s_local.slo_requests_window`(`from` = {from:DateTime64(6, 'UTC')}, to = {to:DateTime64(6, 'UTC')}) AS w " +
+		"LEFT JOIN s_local.engine_config AS c ON c.name = w.slo LEFT JOIN xs_local.t AS x ON 1 LEFT JOIN `xs_local.f`(a = 1) AS f ON 1 WHERE w.slo IN (SELECT slo FROM `s_local`.requests FINAL)"
+	want := "CREATE OR REPLACE VIEW `s`.`slo_goodput` (`slo` String) AS SELECT slo FROM `s.slo_requests_window`(`from` = {from:DateTime64(6, 'UTC')}, to = {to:DateTime64(6, 'UTC')}) AS w " +
+		"LEFT JOIN `s`.engine_config AS c ON c.name = w.slo LEFT JOIN xs_local.t AS x ON 1 LEFT JOIN `xs_local.f`(a = 1) AS f ON 1 WHERE w.slo IN (SELECT slo FROM `s`.requests FINAL)"
 	got, err := mainDefinition(in, "s_local", "s", "slo_goodput")
 	if err != nil || got != want {
 		t.Errorf("mainDefinition\n= %q, %v\nwant %q", got, err, want)
