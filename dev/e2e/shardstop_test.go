@@ -23,10 +23,10 @@ import (
 )
 
 // shardDown is how long the shard stays stopped.
-const shardDown = 30 * time.Second
+const shardDown = 60 * time.Second
 
-// One shard of a live 2-shard ClickHouse stopped for 30 s under steady traffic through the real
-// publisher and the real consumer (its sink.Sharded): the other shard keeps receiving its rows
+// One shard of a live 2-shard ClickHouse stopped for 60 s under steady traffic through the real
+// publisher, a 3-node NATS cluster at 3 replicas and the real consumer (its sink.Sharded): the other shard keeps receiving its rows
 // throughout — at least a fifth of the events published meanwhile land on it (about half hash to
 // it) — while the stopped shard's wait in the Distributed tables' queue on the node that took
 // the inserts (system.distribution_queue); once the shard is back the queue drains into it. The
@@ -34,13 +34,16 @@ const shardDown = 30 * time.Second
 // table says lost 0, duplicated 0. (Before, a batch holds rows for both shards, the synchronous
 // insert failed as a whole, and the consumer stopped for every shard until the stopped one came
 // back: about one batch landed on the live shard in 30 s.) Meanwhile the console says, panel by
-// panel, that the stopped shard does not answer, and still serves its pages.
+// panel, that the stopped shard does not answer, and still serves its pages; once it is back every
+// panel answers again.
 func TestShardStoppedUnderTrafficLosesNothing(t *testing.T) {
 	shards, ch, sharded := startSharded(t)
-	ns := testenv.StartNATS(t)
+	ns := testenv.StartNATSCluster(t, 3)
 	ncfg := testenv.NATSConfig(t)
 	ncfg.URL = ns.URL()
 	ncfg.SubjectPrefix = testenv.UniqueName("t")
+	ncfg.StreamReplicas = 3
+	ncfg.StreamMaxBytes = 256 << 20
 	const durable = "shards"
 	cons := config.Consumer{Durable: durable, BatchRows: 1000, FlushInterval: 200 * time.Millisecond}
 	admin := connectCluster(t, ncfg, "shard-test-admin")
@@ -48,7 +51,7 @@ func TestShardStoppedUnderTrafficLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	if _, err := bus.Setup(ctx, js, ncfg.Topology(), ncfg.StreamSettings(), cons.DurableConsumer()); err != nil {
 		t.Fatalf("set up streams: %v", err)
@@ -99,6 +102,7 @@ func TestShardStoppedUnderTrafficLosesNothing(t *testing.T) {
 		step(fmt.Sprintf("catching up, waiting for %d rows", target), time.Second)
 	}
 	step("caught up", 5*time.Second)
+	consoleAnswers(t, ch)
 
 	ids := traffic.stop()
 	closeCtx, closeCancel := context.WithTimeout(ctx, time.Minute)
@@ -207,6 +211,29 @@ func consoleSaysShardDown(t *testing.T, ch config.ClickHouse, stopped string) {
 		}
 		if p.Name == panels[0].Name {
 			t.Logf("panel %s with a shard down: %s", p.Name, firstLine(answer.Error))
+		}
+	}
+}
+
+// consoleAnswers checks that every panel of the console answers 200 on ch's cluster.
+func consoleAnswers(t *testing.T, ch config.ClickHouse) {
+	t.Helper()
+	srv, err := server.New(server.Config{ClickHouse: ch, ListenAddr: "127.0.0.1:0", Auth: server.AuthProxy, QueryTimeout: time.Minute}, discardLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/panels", nil))
+	var panels []server.PanelInfo
+	if err := json.Unmarshal(rec.Body.Bytes(), &panels); rec.Code != http.StatusOK || err != nil || len(panels) == 0 {
+		t.Fatalf("GET /api/panels with every shard back: %d %v", rec.Code, err)
+	}
+	for _, p := range panels {
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/panel/"+p.Name, nil))
+		if rec.Code != http.StatusOK {
+			t.Errorf("panel %s with every shard back: %d %s", p.Name, rec.Code, firstLine(rec.Body.String()))
 		}
 	}
 }
