@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 )
@@ -37,6 +39,18 @@ func FuzzObserverFeed(f *testing.F) {
 		if len(whole) > len(in) {
 			t.Fatalf("removal added bytes")
 		}
+		// The proxy sends what Pass returns before Read reads the rest: the same bytes, and the
+		// same facts as an observer that removes nothing and reads every event in Read, in order.
+		passed, strip := passRead(NewObserver(ObserverOptions{Endpoint: Chat, Script: script, StripUsage: true, Capture: true, CaptureMax: 64}), in, cut)
+		if !bytes.Equal(passed, split) {
+			t.Fatalf("Pass then Read sent %q, Feed %q", passed, split)
+		}
+		_, keep := passRead(NewObserver(ObserverOptions{Endpoint: Chat, Script: script, Capture: true, CaptureMax: 64}), in, cut)
+		if !reflect.DeepEqual(strip.Response, keep.Response) || strip.Output() != keep.Output() ||
+			!reflect.DeepEqual(strip.FinishReasons(), keep.FinishReasons()) || strip.TokenEvents() != keep.TokenEvents() ||
+			!strip.FirstOutput().Equal(keep.FirstOutput()) {
+			t.Fatalf("removing the usage chunk changed what was read:\n%+v %q\n%+v %q", strip.Response, strip.Output(), keep.Response, keep.Output())
+		}
 		if len(whole) < len(in) {
 			// What was removed is one whole event of the stream.
 			found := false
@@ -56,6 +70,21 @@ func FuzzObserverFeed(f *testing.F) {
 			}
 		}
 	})
+}
+
+// passRead sends in through o as the proxy does, in two reads cut at cut (at t0 and t0 + 1 ms)
+// into one buffer: the bytes Pass returns go out, then Read reads the rest, then the next read
+// overwrites the buffer; it returns what went out.
+func passRead(o *Observer, in []byte, cut int) ([]byte, *Observer) {
+	var out []byte
+	for i, piece := range [][]byte{in[:cut], in[cut:]} {
+		buf := append([]byte(nil), piece...)
+		out = append(out, o.Pass(buf, t0.Add(time.Duration(i)*time.Millisecond))...)
+		o.Read()
+		clear(buf) // the proxy reads the next bytes into the same buffer
+
+	}
+	return append(out, o.End()...), o
 }
 
 // FuzzBodyMembers checks the incremental top-level reader of response bodies against gjson: on a
