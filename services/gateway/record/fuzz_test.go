@@ -206,3 +206,44 @@ func FuzzMembers(f *testing.F) {
 		}
 	})
 }
+
+// FuzzChunkFastPath holds the fast reader of plain chunks (chunkFast) to the general reader: the
+// same facts from any data, whether the fast reader takes it or leaves it.
+func FuzzChunkFastPath(f *testing.F) {
+	for _, name := range []string{"chat_stream.engine.sse", "chat_stream_cjk.sse", "completion_stream.engine.sse", "chat_stream_error.sse", "chat_stream_error_v08.sse"} {
+		for _, line := range bytes.Split(golden(f, name), []byte("\n")) {
+			if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
+				f.Add(data)
+			}
+		}
+	}
+	for _, s := range []string{
+		`{"id":"a","id":"b","model":"","model":"m","choices":[{"index":1,"delta":{"content":"x","content":null}},{"delta":{"role":null,"reasoning":null,"reasoning_content":"r","reasoning":"s"}}]}`,
+		`{"choices":[{"index":0,"text":"a","delta":{"content":"b"},"text":"c","finish_reason":"stop","finish_reason":null}]}`,
+		`{"choices":[{"index":-1,"delta":{"role":"assistant","content":""}},{"index":2.0},{"index":"3"}],"object":"error"}`,
+		`{"choices":[{"index":0,"delta":{"content":"a\nb","reasoning":7}}], "created" : 1e3 }  `,
+		`{"choices":[1],"x":{"y":[true,false,null,"\u00e9"]}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	script, _ := NewScriptCheck(nil)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ev := append(append([]byte("data: "), data...), '\n', '\n')
+		if bytes.ContainsAny(data, "\r\n") {
+			return // one data line: the chunk as vLLM writes it
+		}
+		fast := NewObserver(ObserverOptions{Endpoint: Chat, Script: script, Capture: true, CaptureMax: 64})
+		slow := NewObserver(ObserverOptions{Endpoint: Chat, Script: script, Capture: true, CaptureMax: 64})
+		slow.slowOnly = true
+		fast.Feed(ev, t0)
+		slow.Feed(ev, t0)
+		fast.Feed(ev, t0.Add(time.Second)) // a second chunk: ids kept, timelines extended
+		slow.Feed(ev, t0.Add(time.Second))
+		if !reflect.DeepEqual(fast.Response, slow.Response) || fast.Output() != slow.Output() ||
+			!reflect.DeepEqual(fast.FinishReasons(), slow.FinishReasons()) || fast.TokenEvents() != slow.TokenEvents() ||
+			!fast.FirstOutput().Equal(slow.FirstOutput()) || !reflect.DeepEqual(fast.choices, slow.choices) {
+			t.Fatalf("fast and general readers differ on %q:\n%+v %q %+v\n%+v %q %+v", data,
+				fast.Response, fast.Output(), fast.choices, slow.Response, slow.Output(), slow.choices)
+		}
+	})
+}

@@ -86,6 +86,8 @@ type Observer struct {
 	framed bool // data, spans and tail are set
 
 	body *bodyMembers
+
+	slowOnly bool // tests: read every chunk with the general reader
 }
 
 // ObserverOptions configures an Observer.
@@ -314,6 +316,9 @@ func (o *Observer) event(ev []byte, now time.Time) bool {
 	if o.endpoint == Responses {
 		o.responsesEvent(parse(data), now)
 		return false
+	}
+	if !o.slowOnly && o.chunkFast(data, now) {
+		return false // no usage in it: nothing to remove
 	}
 	usageOnly := o.chunk(parse(data), now)
 	if usageOnly && o.strip && !o.stripped && !o.Continuous {

@@ -26,7 +26,7 @@ func eventEnd(b []byte) int {
 			}
 			return i + 1
 		}
-		j := bytes.IndexAny(b[i:], "\r\n")
+		j := lineBreak(b[i:])
 		if j < 0 {
 			return -1
 		}
@@ -44,13 +44,28 @@ func eventEnd(b []byte) int {
 	return -1
 }
 
+// lineBreak returns the index of the first CR or LF in b, -1 when there is none: two vectorized
+// byte scans, where bytes.IndexAny with the two bytes walks b one byte at a time (it took 29% of
+// the observer's instructions per chunk, callgrind on BenchmarkObserverFeedStream).
+func lineBreak(b []byte) int {
+	lf := bytes.IndexByte(b, '\n')
+	end := lf
+	if end < 0 {
+		end = len(b)
+	}
+	if cr := bytes.IndexByte(b[:end], '\r'); cr >= 0 {
+		return cr
+	}
+	return lf
+}
+
 // sseData returns the data of one complete event: its "data" lines joined with LF. joined is
 // scratch space for events with several data lines. ok is false for an event without data (a
 // comment or keep-alive).
 func sseData(ev []byte, joined []byte) (data, scratch []byte, ok bool) {
 	lines := 0
 	for len(ev) > 0 {
-		j := bytes.IndexAny(ev, "\r\n")
+		j := lineBreak(ev)
 		line := ev
 		if j >= 0 {
 			line = ev[:j]
