@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -243,6 +244,52 @@ func FuzzChunkFastPath(f *testing.F) {
 			!reflect.DeepEqual(fast.FinishReasons(), slow.FinishReasons()) || fast.TokenEvents() != slow.TokenEvents() ||
 			!fast.FirstOutput().Equal(slow.FirstOutput()) || !reflect.DeepEqual(fast.choices, slow.choices) {
 			t.Fatalf("fast and general readers differ on %q:\n%+v %q %+v\n%+v %q %+v", data,
+				fast.Response, fast.Output(), fast.choices, slow.Response, slow.Output(), slow.choices)
+		}
+	})
+}
+
+// FuzzChunkTemplate holds the template (a stream's next chunk that differs from the last only in
+// its text) to the general reader: a chunk, then the same chunk with the value of its first
+// "content" or "text" string replaced, read by both.
+func FuzzChunkTemplate(f *testing.F) {
+	for _, name := range []string{"chat_stream.engine.sse", "chat_stream_cjk.sse", "completion_stream.engine.sse"} {
+		for _, line := range bytes.Split(golden(f, name), []byte("\n")) {
+			if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
+				f.Add(data, " next")
+			}
+		}
+	}
+	f.Add([]byte(`{"choices":[{"index":0,"text":"a","delta":{"content":"b"},"text":"c","finish_reason":"stop"}]}`), "q")
+	f.Add([]byte(`{"choices":[{"delta":{"reasoning":"r","content":"x"},"finish_reason":null}],"model":"m"}`), "")
+	script, _ := NewScriptCheck(nil)
+	f.Fuzz(func(t *testing.T, data []byte, text string) {
+		if bytes.ContainsAny(data, "\r\n") || strings.ContainsAny(text, "\"\\\r\n") {
+			return
+		}
+		next := data
+		for _, key := range []string{`"content":"`, `"text":"`} {
+			if i := bytes.Index(data, []byte(key)); i >= 0 {
+				start := i + len(key)
+				if end := bytes.IndexByte(data[start:], '"'); end >= 0 {
+					next = append(append(append([]byte(nil), data[:start]...), text...), data[start+end:]...)
+					break
+				}
+			}
+		}
+		fast := NewObserver(ObserverOptions{Endpoint: Chat, Script: script, Capture: true, CaptureMax: 64})
+		slow := NewObserver(ObserverOptions{Endpoint: Chat, Script: script, Capture: true, CaptureMax: 64})
+		slow.slowOnly = true
+		for i, d := range [][]byte{data, next, data} {
+			ev := append(append([]byte("data: "), d...), '\n', '\n')
+			fast.Feed(ev, t0.Add(time.Duration(i)*time.Second))
+			slow.Feed(append([]byte(nil), ev...), t0.Add(time.Duration(i)*time.Second))
+			clear(ev) // the proxy's buffer is reused: nothing may keep its bytes
+		}
+		if !reflect.DeepEqual(fast.Response, slow.Response) || fast.Output() != slow.Output() ||
+			!reflect.DeepEqual(fast.FinishReasons(), slow.FinishReasons()) || fast.TokenEvents() != slow.TokenEvents() ||
+			!fast.FirstOutput().Equal(slow.FirstOutput()) || !reflect.DeepEqual(fast.choices, slow.choices) {
+			t.Fatalf("fast and general readers differ on %q then %q:\n%+v %q %+v\n%+v %q %+v", data, next,
 				fast.Response, fast.Output(), fast.choices, slow.Response, slow.Output(), slow.choices)
 		}
 	})

@@ -87,7 +87,8 @@ type Observer struct {
 
 	body *bodyMembers
 
-	slowOnly bool // tests: read every chunk with the general reader
+	tmpl     chunkTemplate // the stream's last plain chunk (fastchunk.go)
+	slowOnly bool          // tests: read every chunk with the general reader
 }
 
 // ObserverOptions configures an Observer.
@@ -205,7 +206,7 @@ func (o *Observer) Pass(p []byte, now time.Time) []byte {
 			break
 		}
 		end := start + n
-		if ev := data[start:end]; !removed && mayRemove(ev) {
+		if ev := data[start:end]; !removed && o.mayRemove(ev) {
 			// Read in order: the events before this one first.
 			o.readSpans(data)
 			if o.event(ev, now) {
@@ -233,9 +234,18 @@ func (o *Observer) Pass(p []byte, now time.Time) []byte {
 }
 
 // mayRemove reports whether the complete event ev could be the usage-only chunk: it holds
-// "usage", or an escape that could spell it.
-func mayRemove(ev []byte) bool {
-	return bytes.Contains(ev, []byte("usage")) || bytes.Contains(ev, []byte(`\u`))
+// "usage", or an escape that could spell it, and is not the stream's last plain chunk with
+// another text (chunkTemplate: a chunk without usage).
+func (o *Observer) mayRemove(ev []byte) bool {
+	if d, ok := bytes.CutPrefix(ev, []byte("data: ")); ok && len(d) > 2 {
+		if _, plain := o.tmpl.match(d[:len(d)-2]); plain && d[len(d)-1] == '\n' && d[len(d)-2] == '\n' {
+			return false
+		}
+	}
+	if i := bytes.IndexByte(ev, '\\'); i >= 0 && bytes.Contains(ev[i:], []byte(`\u`)) {
+		return true
+	}
+	return bytes.Contains(ev, []byte("usage"))
 }
 
 // readSpans reads the events of data that Pass left unread so far.

@@ -63,6 +63,12 @@ func lineBreak(b []byte) int {
 // scratch space for events with several data lines. ok is false for an event without data (a
 // comment or keep-alive).
 func sseData(ev []byte, joined []byte) (data, scratch []byte, ok bool) {
+	// What vLLM writes: "data: <json>\n\n", one line.
+	if rest, found := bytes.CutPrefix(ev, []byte("data: ")); found && len(rest) >= 2 && rest[len(rest)-1] == '\n' && rest[len(rest)-2] == '\n' {
+		if d := rest[:len(rest)-2]; lineBreak(d) < 0 {
+			return d, joined, true
+		}
+	}
 	lines := 0
 	for len(ev) > 0 {
 		j := lineBreak(ev)
