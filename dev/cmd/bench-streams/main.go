@@ -163,6 +163,8 @@ type procStats struct {
 	Stacks     int64 `json:"stack_bytes"`
 	RSS        int64 `json:"rss_bytes"`
 	CPUNanos   int64 `json:"cpu_ns"`
+	NumGC      int64 `json:"num_gc"`
+	PauseNanos int64 `json:"gc_pause_ns"`
 }
 
 func child(kind, upstream, spool string, interval time.Duration) error {
@@ -247,6 +249,7 @@ func child(kind, upstream, spool string, interval time.Duration) error {
 		_ = json.NewEncoder(w).Encode(procStats{
 			Goroutines: runtime.NumGoroutine(), HeapLive: int64(ms.HeapAlloc), Stacks: int64(ms.StackInuse),
 			RSS: benchkit.RSSBytes(pid), CPUNanos: int64(benchkit.ProcCPU(pid)),
+			NumGC: int64(ms.NumGC), PauseNanos: int64(ms.PauseTotalNs),
 		})
 	})
 	go func() { _ = http.Serve(ctl, mux) }()
@@ -525,6 +528,10 @@ type pathRound struct {
 	rssPerStr float64
 	gorPerStr float64
 	cpuPerChk float64 // µs
+	// Garbage collections in the proxy during the probes' window, and their stop-the-world
+	// pauses: what the collector could add to a time to first byte.
+	ttfbGCs     int64
+	ttfbPauseMs float64
 }
 
 // path is one way to an engine: direct (child nil), through the bare proxy or the gateway. Each
@@ -794,12 +801,32 @@ func runRound(s settings, paths []path, n, round int, profile string) (map[strin
 	}
 	ttfbStart := time.Now().Add(10 * time.Millisecond)
 	ttfbEnd := ttfbStart.Add(s.ttfbWindow)
+	gc0 := map[string]procStats{}
+	for _, st := range states {
+		if st.child != nil {
+			g, err := st.child.stats(false)
+			if err != nil {
+				return nil, fmt.Errorf("%s stats: %w", st.name, err)
+			}
+			gc0[st.name] = g
+		}
+	}
 	if err := doAll(states, func(st *pathState) error {
 		// Answered once the window is over and every probe has its first byte.
 		var a map[string]string
 		return st.clients.do(clientCmd{Op: "window", From: ttfbStart.UnixNano(), To: ttfbEnd.UnixNano(), Probes: s.probes}, &a)
 	}); err != nil {
 		return nil, err
+	}
+	for _, st := range states {
+		if st.child != nil {
+			gc1, err := st.child.stats(false)
+			if err != nil {
+				return nil, fmt.Errorf("%s stats: %w", st.name, err)
+			}
+			st.pr.ttfbGCs = gc1.NumGC - gc0[st.name].NumGC
+			st.pr.ttfbPauseMs = float64(gc1.PauseNanos-gc0[st.name].PauseNanos) / 1e6
+		}
 	}
 	for _, st := range states {
 		if err := st.engine.release(); err != nil {
@@ -924,6 +951,9 @@ type proxyFigures struct {
 	AddedTTFBP99Rounds  []float64 `json:"added_ttfb_p99_rounds_ms"`
 	AddedChunkP99Rounds []float64 `json:"added_chunk_p99_rounds_ms"`
 	CPUUsPerChunkRounds []float64 `json:"cpu_us_per_chunk_rounds"`
+	// Garbage collections during each round's probe window, and their total pause.
+	TTFBWindowGCRounds      []int64   `json:"ttfb_window_gc_rounds"`
+	TTFBWindowGCPauseRounds []float64 `json:"ttfb_window_gc_pause_rounds_ms"`
 	// Ratios to the bare proxy's figures (0 for the bare proxy).
 	MemoryRatio   float64 `json:"memory_ratio,omitempty"`
 	ChunkP99Ratio float64 `json:"added_chunk_p99_ratio,omitempty"`
@@ -1092,6 +1122,8 @@ func run(s settings) (bool, error) {
 			f.CPUUsPerChunk = benchkit.Round(med(path, func(r *pathRound) float64 { return r.cpuPerChk }), 2)
 			for _, r := range rs[path] {
 				f.CPUUsPerChunkRounds = append(f.CPUUsPerChunkRounds, benchkit.Round(r.cpuPerChk, 2))
+				f.TTFBWindowGCRounds = append(f.TTFBWindowGCRounds, r.ttfbGCs)
+				f.TTFBWindowGCPauseRounds = append(f.TTFBWindowGCPauseRounds, benchkit.Round(r.ttfbPauseMs, 3))
 			}
 			return f
 		}
@@ -1118,8 +1150,9 @@ func run(s settings) (bool, error) {
 		loads = append(loads, levelLoads...)
 		results = append(results, lr)
 		line := func(name string, f proxyFigures) string {
-			out := fmt.Sprintf("%-8s memory/stream %5.1f KiB, goroutines %.2f | added TTFB p50/p99 %.3f/%.3f ms (p99 by round %v) | added chunk delay p50/p99 %.3f/%.3f ms | CPU/chunk %.1f µs",
-				name, f.MemoryBytes/1024, f.Goroutines, f.AddedTTFBP50Ms, f.AddedTTFBP99Ms, f.AddedTTFBP99Rounds, f.AddedChunkP50Ms, f.AddedChunkP99Ms, f.CPUUsPerChunk)
+			out := fmt.Sprintf("%-8s memory/stream %5.1f KiB, goroutines %.2f | added TTFB p50/p99 %.3f/%.3f ms (p99 by round %v; GCs in the window %v, pauses %v ms) | added chunk delay p50/p99 %.3f/%.3f ms | CPU/chunk %.1f µs",
+				name, f.MemoryBytes/1024, f.Goroutines, f.AddedTTFBP50Ms, f.AddedTTFBP99Ms, f.AddedTTFBP99Rounds, f.TTFBWindowGCRounds, f.TTFBWindowGCPauseRounds,
+				f.AddedChunkP50Ms, f.AddedChunkP99Ms, f.CPUUsPerChunk)
 			if f.CPURatio > 0 {
 				out += fmt.Sprintf(" | ×bare: memory %.2f, TTFB p99 %.2f, chunk p99 %.2f, CPU %.2f", f.MemoryRatio, f.TTFBP99Ratio, f.ChunkP99Ratio, f.CPURatio)
 			}

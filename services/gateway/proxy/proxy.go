@@ -386,9 +386,10 @@ func (x *exchange) forward() {
 		upstream := time.Since(sent).Seconds()
 		defer m.upstreamLatency.WithLabelValues(x.route).Observe(upstream) // after the answer
 	}
-	if x.ep != "" {
-		// A transport that traces no write (not an *http.Transport) records here, before the
-		// answer is copied; after a write it waits for the trace's recording, if still running.
+	if _, traced := x.h.opt.Transport.(*http.Transport); x.ep != "" && !traced {
+		// A transport that traces no write records here, before the answer is copied. An
+		// *http.Transport has recorded, or is recording, on its write: the first chunk is not
+		// held for it (finish waits for it instead).
 		x.observed.Do(x.observeRequest)
 	}
 
