@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/tidwall/gjson"
 )
@@ -291,6 +292,53 @@ func FuzzChunkTemplate(f *testing.F) {
 			!fast.FirstOutput().Equal(slow.FirstOutput()) || !reflect.DeepEqual(fast.choices, slow.choices) {
 			t.Fatalf("fast and general readers differ on %q then %q:\n%+v %q %+v\n%+v %q %+v", data, next,
 				fast.Response, fast.Output(), fast.choices, slow.Response, slow.Output(), slow.choices)
+		}
+	})
+}
+
+// FuzzEventEnd holds eventEnd (an LF-only scan of the first event, the general one only when a
+// CR comes before its end) to eventEndAny, the scan of every kind of line end, on any bytes.
+func FuzzEventEnd(f *testing.F) {
+	for _, s := range []string{
+		"data: {}\n\n", "data: a\ndata: b\n\ndata: c\n\n", "data: a\r\n\r\n", "data: a\n\r\n",
+		"data: a\r", "data: a\r\r", "event: x\ndata: y\n\ndata: z\r\n\r\n", ":\n\n", "\n", "\r", "",
+		"data: a\nb\rc\n\n", "data: a\n\ndata: b\r\r",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Add(golden(f, "chat_stream.engine.sse"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := eventEnd(b), eventEndAny(b); got != want {
+			t.Fatalf("eventEnd(%q) = %d, eventEndAny %d", b, got, want)
+		}
+	})
+}
+
+// FuzzScriptForeign holds Foreign (ASCII skipped eight bytes at a time when Latin is allowed) to
+// its definition: the letters of s, rune by rune, outside the allowed scripts.
+func FuzzScriptForeign(f *testing.F) {
+	for _, s := range []string{
+		"Hello, world! 123 — ça va?", "Привет", "答案是北京", "The answer is Привет, and then 北京 again.",
+		"12345678Привет12345678x", "abcdefgh\xff\xfeabcdefgh", "e\u0301 ①",
+	} {
+		f.Add(s, false)
+		f.Add(s, true)
+	}
+	latin, _ := NewScriptCheck(nil)
+	cyrillic, _ := NewScriptCheck([]string{"Cyrillic"})
+	f.Fuzz(func(t *testing.T, s string, cyr bool) {
+		c := latin
+		if cyr {
+			c = cyrillic
+		}
+		var want uint32
+		for _, r := range s {
+			if unicode.IsLetter(r) && !unicode.IsOneOf(c.allowed, r) {
+				want++
+			}
+		}
+		if got := c.Foreign(s); got != want {
+			t.Fatalf("Foreign(%q) = %d, want %d (cyrillic only: %v)", s, got, want, cyr)
 		}
 	})
 }
