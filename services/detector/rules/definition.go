@@ -122,6 +122,9 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // D returns the value as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
+// MarshalYAML writes the duration as UnmarshalYAML reads it ("30s", "1h0m0s").
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
 var (
 	nameRE  = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 	paramRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
