@@ -120,7 +120,7 @@ func newPages() (*pages, error) {
 		return nil, fmt.Errorf("console templates: %w", err)
 	}
 	p := &pages{t: map[string]*template.Template{}}
-	for _, name := range []string{"login", "dashboard", "alerts", "complaint", "crash"} {
+	for _, name := range []string{"login", "dashboard", "alerts", "complaint", "crash", "runbook"} {
 		body, err := fs.ReadFile(web.Templates, "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console templates: %w", err)
@@ -164,6 +164,9 @@ type pageData struct {
 	Others    []diagnose.Branch
 	Slow      []SlowRequest
 	SlowError string
+	// Runbook pages: one rule's, or the index.
+	Runbook  *RunbookPage
+	Runbooks []*RunbookPage
 	// Crash page.
 	Postmortem *postmortem.Report
 	PMText     string

@@ -103,6 +103,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /login", s.loginPage)
 	mux.HandleFunc("POST /login", s.login)
 	mux.HandleFunc("POST /logout", s.logout)
+	// Runbooks need no login (see runbookPage): they are what an alert's runbook_url opens.
+	mux.HandleFunc("GET /runbooks", s.runbooksIndex)
+	mux.HandleFunc("GET /runbooks/{rule}", s.runbookPage)
 	mux.Handle("GET /{$}", s.auth(s.dashboard))
 	mux.Handle("GET /alerts", s.auth(s.alertsPage))
 	mux.Handle("GET /complaint/{id}", s.auth(s.complaintPage))

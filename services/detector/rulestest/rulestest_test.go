@@ -114,8 +114,8 @@ func TestWrongExpectationFailsWithADiff(t *testing.T) {
 	for _, want := range []string{
 		"wrong.yaml:" + strconv.Itoa(line) + ": test \"two 5xx fire at once",
 		"rule server_errors at 4m30s",
-		"expected, not there:\n    firing {class=\"5xx\", model=\"other\", severity=\"critical\"}",
-		"there, not expected:\n    resolved {class=\"5xx\", model=\"m\", severity=\"critical\"}",
+		"expected, not there:\n    firing {app=\"all\", class=\"5xx\", engine=\"all\", gateway=\"all\", model=\"other\", severity=\"critical\"}",
+		"there, not expected:\n    resolved {app=\"all\", class=\"5xx\", engine=\"all\", gateway=\"all\", model=\"m\", severity=\"critical\"}",
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("failure message lacks %q:\n%s", want, msg)
@@ -171,7 +171,8 @@ tests:
 	}
 	// At 1m the window (0s, 1m] holds no slow answer: the alert resolved at 20s, so the
 	// expectation fails twice over (state and annotation are not those of a firing alert).
-	if len(res.Failures) != 1 || !strings.Contains(res.Failures[0], "expected, not there:\n    firing {model=\"m\", severity=\"page\", team=\"serving\"}") {
+	if len(res.Failures) != 1 || !strings.Contains(res.Failures[0],
+		"expected, not there:\n    firing {app=\"all\", engine=\"all\", gateway=\"all\", model=\"m\", severity=\"page\", team=\"serving\"}") {
 		t.Fatalf("failures %q", res.Failures)
 	}
 
