@@ -66,8 +66,8 @@ type Report struct {
 	Branches []Branch `json:"branches"`
 	// Engines are each engine's health over the window, which the last branches read (an engine
 	// not scraped, its spans missing, its KV cache stuck with nothing running).
-	Engines []EngineHealth `json:"engines,omitempty"`
-	Findings []string `json:"findings"`
+	Engines  []EngineHealth `json:"engines,omitempty"`
+	Findings []string       `json:"findings"`
 	// Notes are what the walk saw outside the branches, e.g. a latency rise no signature explains.
 	Notes []string `json:"notes,omitempty"`
 }
