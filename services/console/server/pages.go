@@ -99,7 +99,9 @@ var funcs = template.FuncMap{
 	"labels": func(m map[string]string) string {
 		keys := make([]string, 0, len(m))
 		for k := range m {
-			if k != "alertname" && k != "severity" && m[k] != "" {
+			// "all" (the label contract's value for an alert not about one model, app, engine
+			// or gateway) says nothing here.
+			if k != "alertname" && k != "severity" && m[k] != "" && m[k] != "all" {
 				keys = append(keys, k)
 			}
 		}
