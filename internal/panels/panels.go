@@ -9,7 +9,8 @@
 //	name: ttft                      # lower case, digits, '_'
 //	row: TTFT, TPOT, E2E - p50 and p95   # the row of the minimal dashboard (docs/measurements.md) it belongs to
 //	title: TTFT - time to first token
-//	unit: s                         # s, requests, share (a fraction 0..1) or score; unit_right for axis right
+//	unit: s                         # s, requests, share (a fraction 0..1), score, tokens, tokens_per_s,
+//	                                # requests_per_s, ratio (a multiple, ×) or usd (money); unit_right for axis right
 //	split: engine                   # optional: the column naming each series of long-form rows
 //	stack: true                     # optional: stacked areas
 //	rule: latency_p95               # optional: the detector rule watching it (its params, window, baseline)
@@ -39,6 +40,9 @@
 //	{{baseline "col"}}     col in the rule's baseline period, evaluated at the range's end, as the
 //	                       detector's {{baseline}} macro does at its evaluation time
 //	{{baseline_s}}         the baseline's length in seconds
+//	{{baseline_from}}, {{baseline_to}}  the baseline period's ends, for a parameterized view's
+//	                       range (the period {{baseline}} selects, evaluated at the range's end)
+//	{{step_s}}             the length of an interval in seconds      Grafana: $__interval_s
 //
 // In the console every value is a query parameter ({from:DateTime64(6, 'UTC')}, {f_model:String},
 // {p_ratio:Float64}, ...): no filter or parameter is ever spliced into the SQL text.
@@ -141,7 +145,7 @@ var Filters = []string{"model", "app", "engine"}
 var (
 	nameRE  = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 	identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]*$`)
-	units   = map[string]bool{"s": true, "requests": true, "share": true, "score": true}
+	units   = map[string]bool{"s": true, "requests": true, "share": true, "score": true, "tokens": true, "tokens_per_s": true, "requests_per_s": true, "ratio": true, "usd": true}
 )
 
 // defaultBaseline is the detector's default (rules.Baseline's documented defaults) for panels that
@@ -209,8 +213,8 @@ func (p *Panel) bind(rulesByName map[string]*rules.Definition) error {
 	if p.Title == "" || p.Row == "" || p.AlertWhen == "" || p.Why == "" {
 		return fmt.Errorf("panel %s: title, row, alert_when and why are required", p.Name)
 	}
-	if !units[p.Unit] {
-		return fmt.Errorf("panel %s: unit %q: want s, requests, share or score", p.Name, p.Unit)
+	if !units[p.Unit] || (p.UnitRight != "" && !units[p.UnitRight]) {
+		return fmt.Errorf("panel %s: unit %q, unit_right %q: want s, requests, share, score, tokens, tokens_per_s, requests_per_s, ratio or usd", p.Name, p.Unit, p.UnitRight)
 	}
 	if p.Rule != "" {
 		p.RuleDef = rulesByName[p.Rule]
@@ -451,6 +455,15 @@ func (p *Panel) SQL(k Kind, t Target) (string, error) {
 			return s + ")", nil
 		},
 		"baseline_s": func() string { return strconv.FormatInt(baselineSeconds(b), 10) },
+		"baseline_from": func() string {
+			start, _ := baselineOffsets(b)
+			return fmt.Sprintf("(%s - INTERVAL %d SECOND)", pick(t, chTo, "$__toTime"), start)
+		},
+		"baseline_to": func() string {
+			_, end := baselineOffsets(b)
+			return fmt.Sprintf("(%s - INTERVAL %d SECOND)", pick(t, chTo, "$__toTime"), end)
+		},
+		"step_s": func() string { return pick(t, chStep, "$__interval_s") },
 	}
 	tpl, err := template.New(p.Name).Option("missingkey=error").Funcs(funcs).Parse(text)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/servescope/servescope/internal/capacity"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/internal/diagnose"
@@ -27,7 +28,10 @@ leave their signature on (tokens in/out, queue wait, prefill, TTFT, TPOT, decode
 running/waiting/KV maxima, error rates, length stops, top retrieval score, wrong-script share),
 prints them side by side, and walks the hypotheses: queue-dominated overload, long prompts, long
 outputs, generation contention, retrieval drift or version change, wrong-language output, engine
-crash. Each conclusion names its numbers and what they could not rule out.
+crash. Each conclusion names its numbers and what they could not rule out. Then, per engine, the
+capacity headroom over the window (capacity_window, docs/slo.md): the arrival rate, Little's law,
+the slot and KV limits, which comes first and the arrival rate at which requests start to queue,
+with the arithmetic.
 
 Times are RFC 3339 (2026-09-11T15:53:00Z) or "2006-01-02 15:04[:05]" in UTC. The baseline is the
 --baseline period just before the window (default 24h). A baseline of 6h or more holding 100,000
@@ -69,12 +73,31 @@ window holds no record.`,
 			if err != nil {
 				return dataUnreadable(err)
 			}
+			// The headroom is read after the diagnosis and never fails it: a schema without
+			// migrations/000041 says so in its place.
+			engines, capErr := capacity.Read(cmd.Context(), conn, window.From, window.To, model)
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				out := struct {
+					diagnose.Report
+					Capacity      []capacity.Engine `json:"capacity"`
+					CapacityError string            `json:"capacity_error,omitempty"`
+				}{Report: rep, Capacity: engines}
+				if capErr != nil {
+					out.CapacityError = capErr.Error()
+				}
+				return enc.Encode(out)
 			}
-			return rep.WriteText(cmd.OutOrStdout())
+			if err := rep.WriteText(cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			if capErr != nil {
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "capacity: cannot tell: %v\n", capErr)
+				return err
+			}
+			return capacity.WriteText(cmd.OutOrStdout(), engines)
 		},
 	}
 	fl := cmd.Flags()

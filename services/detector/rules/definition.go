@@ -142,6 +142,9 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // D returns the value as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
+// MarshalYAML writes the duration as UnmarshalYAML reads it ("30s", "1h0m0s").
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
 // ScopeLabels are the labels every alert carries besides alertname and severity, naming what it
 // is about; a row that does not narrow the alert to one value of a scope label gets ScopeAll.
 var ScopeLabels = []string{"model", "app", "engine", "gateway"}
