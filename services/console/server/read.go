@@ -13,8 +13,8 @@ import (
 
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/panels"
-	"github.com/servescope/servescope/services/detector/rules"
 	"github.com/servescope/servescope/internal/requestview"
+	"github.com/servescope/servescope/services/detector/rules"
 )
 
 // Line is one drawn series: a label and one value per timestamp of its PanelData (nil: no value).
