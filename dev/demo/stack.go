@@ -173,7 +173,9 @@ func (s *Stack) Console() Service {
 			"CONSOLE_LISTEN_ADDR", addr(s.Ports.Console),
 			"CONSOLE_AUTH", "token",
 			"CONSOLE_TOKEN", s.ConsoleToken,
-			"DETECTOR_RULES_DIR", filepath.Join(s.StateDir, "rules"))}
+			"DETECTOR_RULES_DIR", filepath.Join(s.StateDir, "rules"),
+			// The SLOs' burn-rate rules have runbook pages too, which their alerts' runbook_url opens.
+			"DETECTOR_SLOS_DIR", filepath.Join(s.StateDir, "slos"))}
 }
 
 // ConsoleURL is the console's address (its login page asks for ConsoleToken; a token never

@@ -168,7 +168,8 @@ func newRulesCmd() *cobra.Command {
 	runbooks := &cobra.Command{
 		Use:   "runbooks [--out DIR]",
 		Short: "Write the built-in rules' runbooks as Markdown pages (docs/operations/runbooks)",
-		Long: "Writes one page per built-in rule with a runbook, <rule>.md, and README.md, their index, into\n" +
+		Long: "Writes one page per built-in rule with a runbook (the built-in SLOs' burn-rate rules too),\n" +
+			"<rule>.md, and README.md, their index, into\n" +
 			"DIR (default docs/operations/runbooks, run from the repository root), from the rule files'\n" +
 			"runbook sections: the one source of those pages, of the console's /runbooks/<rule> that the\n" +
 			"alerts' runbook_url opens, of the alerts' description and of the console panels' Action.\n" +
@@ -181,6 +182,18 @@ func newRulesCmd() *cobra.Command {
 			}
 			for _, d := range defs {
 				d.Source = path.Join(builtin.RepoDir, d.Source)
+			}
+			// The built-in SLOs' burn-rate rules are built-in rules too, with generated runbooks.
+			slos, err := slo.LoadBuiltin(builtin.SLOs, builtin.SLOsDir, builtin.RepoDir)
+			if err != nil {
+				return fmt.Errorf("built-in SLOs: %w", err)
+			}
+			for _, s := range slos {
+				rs, err := s.Rules()
+				if err != nil {
+					return fmt.Errorf("SLO %s: %w", s.Name, err)
+				}
+				defs = append(defs, rs...)
 			}
 			files := rules.RunbookFiles(defs)
 			if err := os.MkdirAll(out, 0o755); err != nil {

@@ -105,8 +105,8 @@ func TestRunbookPagesAreCurrent(t *testing.T) {
 	}
 	want, _ := filepath.Glob(filepath.Join(out, "*.md"))
 	have, _ := filepath.Glob(filepath.Join(dir, "*.md"))
-	if len(want) != 15 || len(have) != len(want) {
-		t.Errorf("%d pages written (want 14 and the index), %d in %s", len(want), len(have), dir)
+	if len(want) != 17 || len(have) != len(want) {
+		t.Errorf("%d pages written (want the 14 built-in rules', the built-in SLO's 2 and the index), %d in %s", len(want), len(have), dir)
 	}
 	for _, p := range want {
 		w, _ := os.ReadFile(p)

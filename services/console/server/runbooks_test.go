@@ -15,7 +15,7 @@ import (
 	"github.com/servescope/servescope/dev/testenv"
 )
 
-// Every built-in rule's runbook page answers 200 without a login (an alert's runbook_url is opened
+// Every built-in rule's (and the built-in SLO's burn-rate rules') runbook page answers 200 without a login (an alert's runbook_url is opened
 // from a pager), holds the rule file's runbook sections (the same text as the alerts' description
 // and the panel's action), and draws in a real browser without an error; an unknown rule is 404.
 func TestRunbookPages(t *testing.T) {
@@ -50,8 +50,8 @@ func TestRunbookPages(t *testing.T) {
 			}
 		}
 	}
-	if n != 14 {
-		t.Errorf("%d runbooks, want the 14 built-in rules'", n)
+	if n != 16 {
+		t.Errorf("%d runbooks, want the 14 built-in rules' and the built-in SLO's 2", n)
 	}
 	if status, body := get("/runbooks"); status != http.StatusOK || strings.Count(body, `<a href="/runbooks/`) != n {
 		t.Errorf("/runbooks: %d, %d links, want 200 and %d", status, strings.Count(body, `<a href="/runbooks/`), n)

@@ -59,10 +59,11 @@ type Server struct {
 // New builds the console on cfg. It opens the ClickHouse client without waiting for the server:
 // the console serves (with a banner) through an outage.
 func New(cfg Config, log *slog.Logger) (*Server, error) {
-	defs, err := detectorservice.LoadRules(cfg.RulesDir)
+	loaded, err := detectorservice.Load(detectorservice.Config{RulesDir: cfg.RulesDir, SLOsDir: cfg.SLOsDir})
 	if err != nil {
 		return nil, err
 	}
+	defs := loaded.Rules
 	ps, err := panels.Load(consolepanels.Panels, consolepanels.PanelsDir, defs)
 	if err != nil {
 		return nil, err
