@@ -225,15 +225,21 @@ func mark(ok bool) string {
 // alert is unexpected, and fails the demo. Phases not named explain none (normal, and ragdemo's
 // questions before the switch).
 var PhaseRules = map[string][]string{
-	"overload":    {"overload_queue", "unfinished_rising", "slot_limit", "latency_p95"},
-	"long-prompt": {"latency_p95"},
+	"overload":    append([]string{"overload_queue", "unfinished_rising", "slot_limit", "latency_p95"}, SLORules...),
+	"long-prompt": append([]string{"latency_p95"}, SLORules...),
 	// Answers of 1,024 tokens, cut at max_tokens by design (ignore_eos), each in flight 8× longer.
-	"long-output":     {"latency_p95", "truncated_outputs", "unfinished_rising"},
+	"long-output":     append([]string{"latency_p95", "truncated_outputs", "unfinished_rising"}, SLORules...),
 	"embedding-after": {"retrieval_version_change", "retrieval_score_drift"},
 	"wrong-lang":      {"output_language_errors"},
 	// The overload that kills the engine, the 5xx, and the engine gone (not restarted with --once).
-	"crash": {"server_errors", "engine_not_scraped", "unfinished_rising", "latency_p95", "overload_queue", "slot_limit"},
+	"crash": append([]string{"server_errors", "engine_not_scraped", "unfinished_rising", "latency_p95", "overload_queue", "slot_limit"}, SLORules...),
 }
+
+// SLORules are the built-in SLO's burn-rate rules (windows ÷SLOScale). They judge the streams'
+// TTFT, TPOT and availability, so a phase whose load slows answers (latency_p95) or fails them
+// (server_errors) burns its budget as a true consequence: the overload's TTFT page is one of the
+// demo's checks, and a slowed phase may page or ticket too.
+var SLORules = []string{TTFTPage, "slo_streams_ticket"}
 
 // waitAlerts waits until every expectation is met or timeout passes, and returns those unmet.
 func (r *run) waitAlerts(ctx context.Context, expect []Expectation, timeout time.Duration) []Expectation {
