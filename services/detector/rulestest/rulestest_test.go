@@ -163,8 +163,10 @@ func TestWrongSLOExpectationFails(t *testing.T) {
 	}
 	for _, want := range []string{
 		"rule slo_streams_page at 0s",
-		"expected, not there:\n    firing {objective=\"ttft\", severity=\"critical\", slo=\"streams\"}",
-		"there, not expected:\n    firing {objective=\"availability\", severity=\"critical\", slo=\"streams\"}",
+		// The SLO's alerts are about no one engine or gateway, and the built-in SLO selects no model
+		// or app: the label contract's "all" for each.
+		"expected, not there:\n    firing {app=\"all\", engine=\"all\", gateway=\"all\", model=\"all\", objective=\"ttft\", severity=\"critical\", slo=\"streams\"}",
+		"there, not expected:\n    firing {app=\"all\", engine=\"all\", gateway=\"all\", model=\"all\", objective=\"availability\", severity=\"critical\", slo=\"streams\"}",
 	} {
 		if !strings.Contains(res.Failures[0], want) {
 			t.Errorf("failure message lacks %q:\n%s", want, res.Failures[0])
