@@ -47,3 +47,9 @@ const CookbookPage = "sql-cookbook.md"
 // the backups page's on a server with a backup disk (docs). A ```sql block
 // anywhere else fails TestSQLOnlyWhereItRuns.
 var SQLPages = []string{CookbookPage, "operations/backups.md"}
+
+// RunbookDir holds the runbook pages `servescope rules runbooks` writes. Their ```sql blocks are
+// the rules' runbook queries, which tests run on a migrated database (TestRunbookQueriesRun in
+// services/detector/rules, TestRuleRunbookQueryRuns in services/detector/slo), and
+// TestRunbookPagesAreCurrent (services/servescope) keeps each page equal to what its rule gives.
+const RunbookDir = "operations/runbooks/"

@@ -98,7 +98,18 @@ func fullEvents() []schema.Event {
 		OOMBytesRequested: ptr(uint64(117440512)), OOMTotalCapacityBytes: ptr(uint64(12487168819)), OOMFreeBytes: ptr(uint64(89001492)),
 		Frames: []string{"vllm/v1/sample/ops/penalties.py:apply_all_penalties", "vllm/model_executor/layers/utils.py:apply_penalties"},
 	}
-	return []schema.Event{rs, rf, ar, es, sp, lg}
+	hb := &schema.GatewayHeartbeat{
+		Header:  schema.Header{Schema: "gateway.heartbeat/v1", EventID: "2Iq3zkS6aBd7eXz3p0F9JmL5u1E", TS: finished},
+		Gateway: "gw-1", IntervalSeconds: 15, ListedAfterSeconds: 30, InFlight: 42,
+		Open: []schema.OpenRequest{
+			{RequestID: "2Iq3zZNkYd3wBpRc6Z6pW0Y1yTd", ArrivalTS: arrival.Add(-20 * time.Minute), Model: "Qwen/Qwen2.5-0.5B-Instruct",
+				Endpoint: "/v1/chat/completions", Stream: true, Upstream: "http://127.0.0.1:8000", App: "support-bot", Phase: "responding"},
+			{RequestID: "req-from-client-7f3a", ArrivalTS: arrival.Add(-time.Minute), Model: "Qwen/Qwen2.5-0.5B-Instruct",
+				Endpoint: "/v1/completions", Upstream: "http://127.0.0.1:8001", Phase: "upstream"},
+		},
+		OpenOmitted: 3,
+	}
+	return []schema.Event{rs, rf, ar, es, sp, lg, hb}
 }
 
 // fullEvent returns the fully populated event of kind k.

@@ -87,12 +87,13 @@ func validateJSON(s *sjs.Schema, b []byte) error {
 func TestJSONSchemaAcceptsValidEvents(t *testing.T) {
 	schemas := compileJSONSchemas(t)
 	minimal := map[schema.Kind]string{
-		schema.KindRequestStarted:  `{"schema":"request.started/v1","event_id":"e","request_id":"r","ts":"2026-06-01T11:00:00Z","arrival_ts":"2026-06-01T11:00:00Z","endpoint":"/v1/completions","stream":false}`,
-		schema.KindRequestFinished: `{"schema":"request.finished/v1","event_id":"e","request_id":"r","ts":"2026-06-01T11:00:01Z","arrival_ts":"2026-06-01T11:00:00Z","finished_ts":"2026-06-01T11:00:01Z","endpoint":"/v1/completions","stream":false,"status_code":502}`,
-		schema.KindAppRecord:       `{"schema":"app.record/v1","event_id":"e","request_id":"r","ts":"2026-06-01T11:00:00.5+02:00"}`,
-		schema.KindEngineSample:    `{"schema":"engine.sample/v1","event_id":"e","ts":"2026-06-01T11:00:00Z","engine":"vllm","up":false}`,
-		schema.KindEngineSpan:      `{"schema":"engine.span/v1","event_id":"e","request_id":"r","ts":"2026-06-01T11:00:00Z"}`,
-		schema.KindEngineLog:       `{"schema":"engine.log/v1","event_id":"e","ts":"2026-06-01T11:00:00Z","engine":"vllm","line":""}`,
+		schema.KindRequestStarted:   `{"schema":"request.started/v1","event_id":"e","request_id":"r","ts":"2026-06-01T11:00:00Z","arrival_ts":"2026-06-01T11:00:00Z","endpoint":"/v1/completions","stream":false}`,
+		schema.KindRequestFinished:  `{"schema":"request.finished/v1","event_id":"e","request_id":"r","ts":"2026-06-01T11:00:01Z","arrival_ts":"2026-06-01T11:00:00Z","finished_ts":"2026-06-01T11:00:01Z","endpoint":"/v1/completions","stream":false,"status_code":502}`,
+		schema.KindAppRecord:        `{"schema":"app.record/v1","event_id":"e","request_id":"r","ts":"2026-06-01T11:00:00.5+02:00"}`,
+		schema.KindEngineSample:     `{"schema":"engine.sample/v1","event_id":"e","ts":"2026-06-01T11:00:00Z","engine":"vllm","up":false}`,
+		schema.KindEngineSpan:       `{"schema":"engine.span/v1","event_id":"e","request_id":"r","ts":"2026-06-01T11:00:00Z"}`,
+		schema.KindEngineLog:        `{"schema":"engine.log/v1","event_id":"e","ts":"2026-06-01T11:00:00Z","engine":"vllm","line":""}`,
+		schema.KindGatewayHeartbeat: `{"schema":"gateway.heartbeat/v1","event_id":"e","ts":"2026-06-01T11:00:00Z","gateway":"gw","interval_s":15,"listed_after_s":30,"in_flight":0}`,
 	}
 	for _, e := range fullEvents() {
 		k := e.Kind()
@@ -193,8 +194,9 @@ func TestJSONSchemaProperties(t *testing.T) {
 				emitted = append(emitted, name)
 			}
 			for name := range doc.Properties {
-				// An engine scrape belongs to no request; the header field stays allowed.
-				if k == schema.KindEngineSample && name == "request_id" {
+				// An engine scrape or a gateway heartbeat belongs to no request; the header
+				// field stays allowed.
+				if (k == schema.KindEngineSample || k == schema.KindGatewayHeartbeat) && name == "request_id" {
 					continue
 				}
 				described = append(described, name)

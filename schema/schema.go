@@ -1,8 +1,9 @@
 // Package schema is servescope's event contract, version 1.
 //
 // Every record that moves through servescope is one JSON event in one NATS message. The gateway
-// publishes request.started and request.finished, applications publish app.record, and the
-// collector publishes engine.sample, engine.span and engine.log. The consumer decodes each message
+// publishes request.started and request.finished, and gateway.heartbeat (its open requests) on an
+// interval; applications publish app.record, and the collector publishes engine.sample,
+// engine.span and engine.log. The consumer decodes each message
 // with [Decode] and writes it into the ClickHouse table of its kind.
 //
 // Conventions shared by every event:
@@ -31,19 +32,21 @@ const Version = "v1"
 // Kind names an event type; it is the last part of the event's subject.
 type Kind string
 
-// The six event kinds of schema v1.
+// The seven event kinds of schema v1.
 const (
-	KindRequestStarted  Kind = "request.started"
-	KindRequestFinished Kind = "request.finished"
-	KindAppRecord       Kind = "app.record"
-	KindEngineSample    Kind = "engine.sample"
-	KindEngineSpan      Kind = "engine.span"
-	KindEngineLog       Kind = "engine.log"
+	KindRequestStarted   Kind = "request.started"
+	KindRequestFinished  Kind = "request.finished"
+	KindAppRecord        Kind = "app.record"
+	KindEngineSample     Kind = "engine.sample"
+	KindEngineSpan       Kind = "engine.span"
+	KindEngineLog        Kind = "engine.log"
+	KindGatewayHeartbeat Kind = "gateway.heartbeat"
 )
 
 // Kinds lists every kind of schema v1, in pipeline order.
 func Kinds() []Kind {
-	return []Kind{KindRequestStarted, KindRequestFinished, KindAppRecord, KindEngineSample, KindEngineSpan, KindEngineLog}
+	return []Kind{KindRequestStarted, KindRequestFinished, KindAppRecord, KindEngineSample, KindEngineSpan, KindEngineLog,
+		KindGatewayHeartbeat}
 }
 
 // SchemaID is the value of the `schema` field for events of kind k, e.g. "app.record/v1".
@@ -67,7 +70,8 @@ type Header struct {
 	// EventID is a KSUID unique to this event; it is the NATS message's Nats-Msg-Id.
 	EventID string `json:"event_id" jsonschema:"required,maxLength=128"`
 	// RequestID identifies the user request the event belongs to. Required for request.*,
-	// app.record and engine.span; empty for engine.sample and usually for engine.log.
+	// app.record and engine.span; empty for engine.sample and gateway.heartbeat, and usually for
+	// engine.log.
 	RequestID string `json:"request_id,omitempty" jsonschema:"maxLength=128"`
 	// TS is when the event happened (RFC 3339, UTC, nanoseconds).
 	TS time.Time `json:"ts" jsonschema:"required"`
@@ -76,7 +80,7 @@ type Header struct {
 // Head returns the shared header; it lets code handle any event generically.
 func (h *Header) Head() *Header { return h }
 
-// Event is implemented by the six event types of this package (as pointers).
+// Event is implemented by the seven event types of this package (as pointers).
 type Event interface {
 	// Kind is the event's kind.
 	Kind() Kind
@@ -579,6 +583,68 @@ func NewEngineLog(engine, line string, ts time.Time) *EngineLog {
 	return &EngineLog{Header: newHeader(KindEngineLog, "", ts), Engine: engine, Line: line}
 }
 
+// MaxOpenListed bounds GatewayHeartbeat.Open: the oldest open requests are listed, the others
+// counted in OpenOmitted.
+const MaxOpenListed = 1000
+
+// GatewayHeartbeat is the gateway's own view of its open requests, published every interval
+// (GATEWAY_HEARTBEAT_INTERVAL) through the same publisher and spool as its request records. A
+// request is open from its request.started to its request.finished; the heartbeat says which are
+// open now, whatever their age, so a reader needs no lookback over requests_started to find a
+// request that hangs, and a gateway that stops sending heartbeats (it died, and its open requests
+// with it) stops holding them open. Open requests younger than ListedAfterSeconds are only
+// counted (InFlight), so a busy gateway's heartbeat stays small.
+type GatewayHeartbeat struct {
+	Header
+	// Gateway names the gateway instance (GATEWAY_NAME), as request records do.
+	Gateway string `json:"gateway" jsonschema:"required,maxLength=256"`
+	// IntervalSeconds is the gateway's heartbeat interval, in seconds: the next heartbeat is due
+	// that long after TS. A reader that has seen none for three intervals takes the gateway's
+	// requests as abandoned.
+	IntervalSeconds float64 `json:"interval_s" jsonschema:"required,minimum=0"`
+	// ListedAfterSeconds is the age, in seconds since arrival, from which an open request is
+	// listed in Open.
+	ListedAfterSeconds float64 `json:"listed_after_s" jsonschema:"minimum=0"`
+	// InFlight is the number of recorded requests open at TS, listed or not.
+	InFlight uint32 `json:"in_flight"`
+	// Open lists the open requests that arrived at least ListedAfterSeconds before TS, oldest
+	// first, at most MaxOpenListed.
+	Open []OpenRequest `json:"open,omitempty" jsonschema:"maxItems=1000"`
+	// OpenOmitted counts the open requests old enough to be listed that Open leaves out (beyond
+	// MaxOpenListed): the youngest of them.
+	OpenOmitted uint32 `json:"open_omitted,omitempty"`
+}
+
+// OpenRequest is one request a gateway has not finished.
+type OpenRequest struct {
+	// RequestID is the request's id, as in its request.started.
+	RequestID string `json:"request_id" jsonschema:"required,maxLength=128"`
+	// ArrivalTS is when the gateway received it (RFC 3339, UTC).
+	ArrivalTS time.Time `json:"arrival_ts" jsonschema:"required"`
+	// Model is the model the client asked for.
+	Model string `json:"model,omitempty" jsonschema:"maxLength=256"`
+	// Endpoint is the request path, e.g. "/v1/chat/completions".
+	Endpoint string `json:"endpoint,omitempty" jsonschema:"maxLength=256"`
+	// Stream is the OpenAI `stream` flag.
+	Stream bool `json:"stream"`
+	// Upstream is the engine base URL the request went to.
+	Upstream string `json:"upstream,omitempty" jsonschema:"maxLength=1024"`
+	// App is the application (X-Servescope-App), when the client named one.
+	App string `json:"app,omitempty" jsonschema:"maxLength=256"`
+	// Phase is how far the exchange has come: "request" (reading the client's body), "upstream"
+	// (sent to the engine, no response headers yet) or "responding" (the answer is being
+	// copied to the client).
+	Phase string `json:"phase,omitempty" jsonschema:"enum=,enum=request,enum=upstream,enum=responding"`
+}
+
+// Kind implements Event.
+func (*GatewayHeartbeat) Kind() Kind { return KindGatewayHeartbeat }
+
+// NewGatewayHeartbeat returns a gateway.heartbeat event with schema and event_id set.
+func NewGatewayHeartbeat(gateway string, ts time.Time) *GatewayHeartbeat {
+	return &GatewayHeartbeat{Header: newHeader(KindGatewayHeartbeat, "", ts), Gateway: gateway}
+}
+
 // New returns a zero event of kind k (with only Schema set), for decoding; nil for an unknown kind.
 func New(k Kind) Event {
 	var e Event
@@ -595,6 +661,8 @@ func New(k Kind) Event {
 		e = &EngineSpan{}
 	case KindEngineLog:
 		e = &EngineLog{}
+	case KindGatewayHeartbeat:
+		e = &GatewayHeartbeat{}
 	default:
 		return nil
 	}

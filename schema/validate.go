@@ -377,3 +377,35 @@ func Truncate(s string, max int) string {
 	}
 	return s[:i]
 }
+
+// Validate implements Event.
+func (e *GatewayHeartbeat) Validate() error { return e.ValidateAt(time.Now()) }
+
+// ValidateAt implements Event.
+func (e *GatewayHeartbeat) ValidateAt(now time.Time) error {
+	v := &validator{now: now}
+	v.header(&e.Header, KindGatewayHeartbeat, false)
+	v.required("gateway", e.Gateway, maxLabel)
+	iv, after := e.IntervalSeconds, e.ListedAfterSeconds
+	v.duration("interval_s", &iv)
+	v.duration("listed_after_s", &after)
+	if len(e.Open) > MaxOpenListed {
+		v.add("open", "%d requests, over the limit of %d", len(e.Open), MaxOpenListed)
+	}
+	for i := range e.Open {
+		o := &e.Open[i]
+		f := func(name string) string { return fmt.Sprintf("open[%d].%s", i, name) }
+		v.required(f("request_id"), o.RequestID, maxID)
+		v.ts(f("arrival_ts"), o.ArrivalTS, true)
+		v.str(f("model"), o.Model, maxLabel)
+		v.str(f("endpoint"), o.Endpoint, maxLabel)
+		v.str(f("upstream"), o.Upstream, maxURL)
+		v.str(f("app"), o.App, maxLabel)
+		switch o.Phase {
+		case "", "request", "upstream", "responding":
+		default:
+			v.add(f("phase"), "unknown phase %q (want request, upstream or responding)", o.Phase)
+		}
+	}
+	return v.result()
+}

@@ -23,23 +23,38 @@ type Scenario struct {
 	Load       load.Config
 }
 
-// Scenarios are the four measured workloads (docs/measurements.md) at their rates, prompt and
-// output sizes, with arrival windows short enough for the whole demo to fit in minutes. Overload
-// keeps the measured 14 req/s long enough to fill the 256 slots and queue the excess, and sends
+// Scenarios are the four measured workloads (docs/measurements.md) at their rates and prompt
+// sizes, with arrival windows short enough for the whole demo to fit in minutes. Overload keeps
+// the measured 14 req/s long enough to fill the 256 slots and queue the excess, and sends
 // OverloadStreamShare of its requests with a stream, the others without.
+//
+// Their clients behave as the synthetic normal day's (Natural): they ask max_tokens MaxTokens and
+// let answers end where vllmsim's end (AnswerTokens typical, as the day's), so finish_reason
+// "length" is as rare as the baseline's and no rule sees a change that is not there. Only long
+// output asks vLLM's ignore_eos and runs its answers to 1,024 tokens: that workload's signature
+// (answers stopped at max_tokens, E2E many times the baseline's) is what its alerts say.
 func Scenarios(target string) []Scenario {
 	mk := func(name string, d time.Duration) load.Config {
-		return load.Config{Target: target, MetricsURL: "none", Scenario: name, Duration: d, Seed: 7, HTTPClient: LoadClient()}
+		return Natural(load.Config{Target: target, MetricsURL: "none", Scenario: name, Duration: d, Seed: 7, HTTPClient: LoadClient()})
 	}
 	overload := mk("overload", 40*time.Second)
 	share := OverloadStreamShare
 	overload.StreamShare = &share
+	long := load.Config{Target: target, MetricsURL: "none", Scenario: "long-output", Duration: 40 * time.Second, Seed: 7, HTTPClient: LoadClient()}
 	return []Scenario{
 		{"normal", "Normal", mk("normal", 20*time.Second)},
 		{"overload", "Overload", overload},
 		{"long-prompt", "Long prompt", mk("long-prompt", 15*time.Second)},
-		{"long-output", "Long output", mk("long-output", 40*time.Second)},
+		{"long-output", "Long output", long},
 	}
+}
+
+// Natural makes cfg's clients those of the synthetic normal day: max_tokens MaxTokens, answers
+// ending naturally (no ignore_eos).
+func Natural(cfg load.Config) load.Config {
+	off := false
+	cfg.IgnoreEOS, cfg.MaxTokens = &off, MaxTokens
+	return cfg
 }
 
 // Window is the time a scenario or incident occupied: requests that arrived in it and engine

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/servescope/servescope/dev/servers"
+	"github.com/servescope/servescope/dev/synth"
 )
 
 // Ports are the demo's fixed loopback ports. They stay clear of the dev services (NATS 4222/8222,
@@ -133,12 +134,24 @@ type Service struct {
 }
 
 // EngineArgs are vllmsim's flags; extra adds the incident knobs (--wrong-language-share, ...).
+// Its answers end where the synthetic normal day's do (AnswerTokens, log-normal with synth's σ).
 func (s *Stack) EngineArgs(extra ...string) []string {
 	return append([]string{
 		"--listen", addr(s.Ports.Engine), "--model", s.Model, "--time-scale", "1",
 		"--log-file", s.EngineLog, "--otlp-endpoint", addr(s.Ports.OTLPGRPC), "--otlp-protocol", "grpc",
+		"--output-len-median", strconv.Itoa(AnswerTokens), "--output-len-sigma", strconv.FormatFloat(synth.CompletionTokensSigma, 'g', -1, 64),
 	}, extra...)
 }
+
+// AnswerTokens is the typical answer length of the demo's system, in tokens: the synthetic normal
+// day's (synth.NormalShape's CompletionTokens), which the baseline holds, and vllmsim's median
+// natural answer length. MaxTokens is what the demo's clients ask for (synth's
+// MaxTokensPerCompletion times it), as the normal day's clients do: answers end naturally, and
+// only the long-output workload, which asks vLLM's ignore_eos, runs to its max_tokens.
+var (
+	AnswerTokens = synth.NormalShape().CompletionTokens
+	MaxTokens    = AnswerTokens * synth.MaxTokensPerCompletion
+)
 
 // Engine is vllmsim with extra flags.
 func (s *Stack) Engine(extra ...string) Service {
@@ -160,7 +173,9 @@ func (s *Stack) Console() Service {
 			"CONSOLE_LISTEN_ADDR", addr(s.Ports.Console),
 			"CONSOLE_AUTH", "token",
 			"CONSOLE_TOKEN", s.ConsoleToken,
-			"DETECTOR_RULES_DIR", filepath.Join(s.StateDir, "rules"))}
+			"DETECTOR_RULES_DIR", filepath.Join(s.StateDir, "rules"),
+			// The SLOs' burn-rate rules have runbook pages too, which their alerts' runbook_url opens.
+			"DETECTOR_SLOS_DIR", filepath.Join(s.StateDir, "slos"))}
 }
 
 // ConsoleURL is the console's address (its login page asks for ConsoleToken; a token never
@@ -198,6 +213,7 @@ func (s *Stack) Services() (consumer, collector, gateway, ragdemo, detector Serv
 			"RAGDEMO_ADMIN_TOKEN", s.AdminToken,
 			"RAGDEMO_SPOOL_DIR", filepath.Join(s.StateDir, "ragdemo-spool"),
 			"RAGDEMO_REPORT", cmp.Or(s.AppReport, "app.record"),
+			"RAGDEMO_MAX_TOKENS", strconv.Itoa(MaxTokens),
 			// Used when RAGDEMO_REPORT sends spans: the collector's OTLP/HTTP receiver, and a
 			// batch delay well under the detector's tick so records arrive as fast as published ones.
 			"OTEL_EXPORTER_OTLP_ENDPOINT", url(s.Ports.OTLPHTTP, ""),
@@ -212,7 +228,9 @@ func (s *Stack) Services() (consumer, collector, gateway, ragdemo, detector Serv
 			"DETECTOR_SLOS_DIR", filepath.Join(s.StateDir, "slos"),
 			"DETECTOR_ENGINES_FILE", filepath.Join(s.StateDir, "engines.yaml"),
 			"DETECTOR_METRICS_ADDR", addr(s.Ports.Detector),
-			"DETECTOR_EXTERNAL_URL", url(s.Ports.Detector, ""))}
+			"DETECTOR_EXTERNAL_URL", url(s.Ports.Detector, ""),
+			// The alerts' generatorURL, runbook_url and request_url open the demo's console.
+			"DETECTOR_CONSOLE_URL", url(s.Ports.Console, ""))}
 	return
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -24,6 +25,8 @@ type Received struct {
 	Summary     string
 	StartsAt    time.Time
 	Fingerprint string
+	// GeneratorURL and RunbookURL are the alert's links to the console.
+	GeneratorURL, RunbookURL string
 }
 
 // Receiver is an Alertmanager-v4 webhook endpoint that keeps every alert it is sent.
@@ -59,6 +62,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.alerts = append(r.alerts, Received{
 			At: now, Rule: a.Labels["alertname"], Status: a.Status, Labels: a.Labels,
 			Summary: a.Annotations["summary"], StartsAt: a.StartsAt, Fingerprint: a.Fingerprint,
+			GeneratorURL: a.GeneratorURL, RunbookURL: a.Annotations["runbook_url"],
 		})
 	}
 	r.mu.Unlock()
@@ -164,6 +168,59 @@ func Episodes(alerts []Received) []Episode {
 type Phase struct {
 	Name  string
 	Start time.Time
+	// Rules are the rules whose alerts the phase explains: its incident's, and the true
+	// consequences of its load (an overload's latency and slot alerts). Flaps does not read them.
+	Rules []string
+}
+
+// phaseAt returns the index of the phase of ps (sorted by start) in which t falls: the last one
+// started at or before t; -1 before the first.
+func phaseAt(ps []Phase, t time.Time) int {
+	i := -1
+	for j, p := range ps {
+		if !t.Before(p.Start) {
+			i = j
+		}
+	}
+	return i
+}
+
+// Unexpected returns the episodes of the received alerts that no phase explains: an episode is
+// expected when its rule is among the Rules of the phase in which it fired or of the phase before
+// it (a rule's window and hold make its alert fire up to a window after the load that caused it).
+// An alert firing before the first phase is unexpected.
+func Unexpected(alerts []Received, phases []Phase) []Episode {
+	ps := append([]Phase(nil), phases...)
+	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Start.Before(ps[j].Start) })
+	var out []Episode
+	for _, e := range Episodes(alerts) {
+		i := phaseAt(ps, e.FiredAt)
+		ok := false
+		for _, j := range []int{i, i - 1} {
+			if j >= 0 && slices.Contains(ps[j].Rules, e.Rule) {
+				ok = true
+			}
+		}
+		if !ok {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// WriteUnexpected prints the count of unexpected alerts and, under it, each one with the phase it
+// fired in.
+func WriteUnexpected(w io.Writer, unexpected []Episode, phases []Phase) {
+	fmt.Fprintf(w, "  %d unexpected alerts (an alert that is not one of the phase's incident or its load's consequences)\n", len(unexpected))
+	ps := append([]Phase(nil), phases...)
+	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Start.Before(ps[j].Start) })
+	for _, e := range unexpected {
+		name := "before the scenarios"
+		if i := phaseAt(ps, e.FiredAt); i >= 0 {
+			name = ps[i].Name
+		}
+		fmt.Fprintf(w, "    %s %s fired during %s: %s\n", e.Rule, e.Labels, name, e.Summary)
+	}
 }
 
 // Flap is an alert identity (fingerprint) that fired more than once within one phase: each
@@ -225,7 +282,9 @@ func WriteFlaps(w io.Writer, flaps []Flap, total int) {
 func labelText(l map[string]string) string {
 	keys := make([]string, 0, len(l))
 	for k, v := range l {
-		if k == "alertname" || k == "severity" || v == "" {
+		// A scope label "all" (the alert is not about one model, app, engine or gateway) says
+		// nothing here.
+		if k == "alertname" || k == "severity" || v == "" || v == "all" {
 			continue
 		}
 		keys = append(keys, k+"="+v)

@@ -105,7 +105,7 @@ func TestFlaps(t *testing.T) {
 		}
 		return Received{At: at(s), Rule: "unfinished_rising", Status: status, Labels: l, StartsAt: at(start), Fingerprint: fp}
 	}
-	phases := []Phase{{"Overload", at(30)}, {"Normal", at(0)}, {"Engine crash", at(200)}}
+	phases := []Phase{{Name: "Overload", Start: at(30)}, {Name: "Normal", Start: at(0)}, {Name: "Engine crash", Start: at(200)}}
 	alerts := []Received{
 		rec(71, "firing", "f1", 70, "kind", "in_flight"),
 		rec(72, "firing", "f1", 70, "kind", "in_flight"), // the same episode sent again
@@ -140,5 +140,49 @@ func TestFlaps(t *testing.T) {
 	early := []Received{rec(-20, "firing", "f1", -21), rec(-10, "resolved", "f1", -21), rec(-5, "firing", "f1", -6)}
 	if flaps, total := Flaps(early, phases); total != 1 || flaps[0].Phase != "before the scenarios" {
 		t.Fatalf("Flaps before the first phase = %+v, %d", flaps, total)
+	}
+}
+
+// An alert is unexpected unless the phase in which it fired, or the one before it (its window
+// reaches back), explains its rule: the demo's truncated_outputs of the normal workload, the fault
+// this catches, is unexpected; the overload's latency alert firing early in the next phase is not.
+func TestUnexpected(t *testing.T) {
+	origin := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return origin.Add(time.Duration(s) * time.Second) }
+	rec := func(s int, rule, fp string) Received {
+		return Received{At: at(s), Rule: rule, Status: "firing", Labels: map[string]string{"alertname": rule, "model": "m", "app": "all"},
+			StartsAt: at(s), Fingerprint: fp, Summary: rule + " summary"}
+	}
+	phases := []Phase{
+		{Name: "Normal", Start: at(0)},
+		{Name: "Overload", Start: at(30), Rules: PhaseRules["overload"]},
+		{Name: "Long prompt", Start: at(90), Rules: PhaseRules["long-prompt"]},
+		{Name: "Long output", Start: at(120), Rules: PhaseRules["long-output"]},
+	}
+	alerts := []Received{
+		rec(-5, "server_errors", "a"),      // before any phase
+		rec(20, "truncated_outputs", "b"),  // normal explains nothing
+		rec(40, "overload_queue", "c"),     // the overload's
+		rec(95, "slot_limit", "d"),         // the overload's, fired early in the next phase
+		rec(125, "slot_limit", "e"),        // two phases after the overload: not explained
+		rec(130, "truncated_outputs", "f"), // long output's
+	}
+	got := Unexpected(alerts, phases)
+	var rules []string
+	for _, e := range got {
+		rules = append(rules, e.Rule+"/"+e.Fingerprint)
+	}
+	if strings.Join(rules, " ") != "server_errors/a truncated_outputs/b slot_limit/e" {
+		t.Fatalf("unexpected: %v, want server_errors/a truncated_outputs/b slot_limit/e", rules)
+	}
+	var out bytes.Buffer
+	WriteUnexpected(&out, got, phases)
+	if !strings.HasPrefix(out.String(), "  3 unexpected alerts") || !strings.Contains(out.String(), "truncated_outputs model=m fired during Normal") {
+		t.Errorf("WriteUnexpected printed:\n%s", out.String())
+	}
+	out.Reset()
+	WriteUnexpected(&out, nil, phases)
+	if !strings.HasPrefix(out.String(), "  0 unexpected alerts") {
+		t.Errorf("WriteUnexpected of a clean run printed %q", out.String())
 	}
 }

@@ -94,6 +94,12 @@ func Event(k schema.Kind, i int, base time.Time) schema.Event {
 		e.Running, e.Waiting = ptr(uint32(i%256)), ptr(uint32(0))
 		e.KVCacheUsagePerc = ptr(0.159)
 		return e
+	case schema.KindGatewayHeartbeat:
+		e := schema.NewGatewayHeartbeat("gw-1", ts)
+		e.IntervalSeconds, e.ListedAfterSeconds, e.InFlight = 15, 30, uint32(i%50)
+		e.Open = []schema.OpenRequest{{RequestID: rid, ArrivalTS: ts.Add(-45 * time.Second), Model: "Qwen/Qwen2.5-7B-Instruct-AWQ",
+			Endpoint: "/v1/chat/completions", Stream: true, Upstream: "http://vllm:8000", App: "ragdemo", Phase: "responding"}}
+		return e
 	}
 	panic("eventgen: unknown kind " + string(k))
 }

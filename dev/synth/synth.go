@@ -90,6 +90,16 @@ func NormalShape() Shape {
 	}
 }
 
+// How a request's answer length is drawn: log-normal around Shape.CompletionTokens with this
+// log-space standard deviation, under a max_tokens of MaxTokensPerCompletion times it (the
+// clients of a normal day leave their answers room; Shape.LengthProb of them still hit it).
+// scripts/demo starts vllmsim with the same distribution (--output-len-median, --output-len-sigma)
+// and its loads ask the same max_tokens, so its traffic agrees with this baseline.
+const (
+	CompletionTokensSigma  = 0.2
+	MaxTokensPerCompletion = 4
+)
+
 // Generator draws traffic from a seeded random source.
 type Generator struct {
 	rng *rand.Rand
@@ -159,7 +169,7 @@ func (g *Generator) jitter(median, sigma float64) float64 {
 func (g *Generator) request(t *Traffic, arrival time.Time, s Shape, end time.Time) {
 	g.seq++
 	id := schema.NewRequestID()
-	maxTokens := uint32(s.CompletionTokens * 4)
+	maxTokens := uint32(s.CompletionTokens * MaxTokensPerCompletion)
 	st := schema.NewRequestStarted(id, arrival)
 	st.Model, st.Endpoint, st.Stream, st.MaxTokens = s.Model, s.Endpoint, true, &maxTokens
 	st.App, st.IndexVersion, st.EmbeddingModelVersion = s.App, s.IndexVersion, s.EmbeddingModelVersion
@@ -183,7 +193,7 @@ func (g *Generator) request(t *Traffic, arrival time.Time, s Shape, end time.Tim
 	case u < s.Status5xxProb+s.Status4xxProb:
 		status = 400
 	}
-	tokens := uint32(max(1, int(float64(s.CompletionTokens)*math.Exp(g.rng.NormFloat64()*0.2))))
+	tokens := uint32(max(1, int(float64(s.CompletionTokens)*math.Exp(g.rng.NormFloat64()*CompletionTokensSigma))))
 	finish := "stop"
 	if g.rng.Float64() < s.LengthProb {
 		tokens, finish = maxTokens, "length"

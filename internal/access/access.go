@@ -41,11 +41,11 @@ var ContentColumns = map[string][]string{"requests": {"prompt_text", "output_tex
 var DetectorInsertTables = []string{"alerts", "alert_deliveries", "diagnose_hourly", "slo_objectives", "engine_config"}
 
 // ConsumerInsertTables are the tables the consumer writes: one landing table per event kind and
-// ingest_errors (migrations/000001). The consumer reads nothing but system.columns (its start-up
+// ingest_errors (migrations/000001; gateway_heartbeats: 000030). The consumer reads nothing but system.columns (its start-up
 // schema check), which ClickHouse shows to every user for the tables it holds a privilege on.
 var ConsumerInsertTables = []string{
 	"requests_started", "requests", "app_records", "engine_samples", "engine_spans", "engine_logs",
-	"ingest_errors",
+	"gateway_heartbeats", "ingest_errors",
 }
 
 // Account is one ClickHouse login.

@@ -49,7 +49,8 @@ const byRequest = "cityHash64(request_id)"
 
 // ShardedObjects are the Distributed tables of the sharded schema, in creation order: every
 // landing and detector table and the views without parameters. Engine samples and logs shard by
-// engine, so that the engine views' per-engine windows stay shard-local; the detector's and
+// engine, so that the engine views' per-engine windows stay shard-local, and gateway heartbeats
+// by gateway; the detector's and
 // diagnose's tables by their de-duplication keys. A Distributed table cannot pass parameters to a view: the
 // parameterized views (request_facts_window, engine_requests, app_requests,
 // engine_window_histograms, engine_window_averages) have wrappers instead (ParameterizedViews).
@@ -60,6 +61,7 @@ var ShardedObjects = []ShardedObject{
 	{"engine_spans", byRequest},
 	{"engine_samples", "cityHash64(engine)"},
 	{"engine_logs", "cityHash64(engine)"},
+	{"gateway_heartbeats", "cityHash64(gateway)"},
 	{"alerts", "cityHash64(rule, fingerprint)"},
 	{"alert_deliveries", "cityHash64(receiver)"},
 	{"ingest_errors", "cityHash64(subject, stream_seq)"},

@@ -12,19 +12,20 @@ import (
 
 // ttlColumns names, per table, the time column its TTL counts from.
 var ttlColumns = map[string]string{
-	"requests_started": "arrival_ts",
-	"requests":         "arrival_ts",
-	"app_records":      "ts",
-	"engine_samples":   "ts",
-	"engine_spans":     "ts",
-	"engine_logs":      "ts",
-	"alerts":           "ts",
-	"ingest_errors":    "ts",
+	"requests_started":   "arrival_ts",
+	"requests":           "arrival_ts",
+	"app_records":        "ts",
+	"engine_samples":     "ts",
+	"engine_spans":       "ts",
+	"engine_logs":        "ts",
+	"gateway_heartbeats": "ts",
+	"alerts":             "ts",
+	"ingest_errors":      "ts",
 }
 
 // TTLTables lists the tables whose retention SetTTL can change.
 func TTLTables() []string {
-	return []string{"requests_started", "requests", "app_records", "engine_samples", "engine_spans", "engine_logs", "alerts", "ingest_errors"}
+	return []string{"requests_started", "requests", "app_records", "engine_samples", "engine_spans", "engine_logs", "gateway_heartbeats", "alerts", "ingest_errors"}
 }
 
 // SetTTL changes how many days table keeps rows (ALTER TABLE … MODIFY TTL). Rows older than that

@@ -13,7 +13,9 @@
 // averages come from the cumulative histograms in `engine_samples` (difference over the window,
 // counter resets handled).
 // Running, waiting and KV maxima come from `engine_samples`; retrieval scores, versions and output
-// checks from `app_records` (and `requests`); crash evidence from `engine_logs`.
+// checks from `app_records` (and `requests`); crash evidence from `engine_logs`. Each engine's
+// health (scrapes, spans against the baseline's, KV cache with nothing running) names the engine
+// an engine branch finds.
 package diagnose
 
 import (
@@ -62,7 +64,10 @@ type Report struct {
 	Rows []Row `json:"rows"`
 	// Branches are every hypothesis walked, in order; Findings lists the IDs with StatusFinding.
 	Branches []Branch `json:"branches"`
-	Findings []string `json:"findings"`
+	// Engines are each engine's health over the window, which the last branches read (an engine
+	// not scraped, its spans missing, its KV cache stuck with nothing running).
+	Engines  []EngineHealth `json:"engines,omitempty"`
+	Findings []string       `json:"findings"`
 	// Notes are what the walk saw outside the branches, e.g. a latency rise no signature explains.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -113,7 +118,10 @@ func Run(ctx context.Context, conn driver.Conn, opts Options) (Report, error) {
 	}
 	rep.HasBaseline = !rep.Base.Empty()
 	rep.Rows = rows(&rep.Current, &rep.Base)
-	rep.Branches = walk(&rep.Current, &rep.Base, rep.HasBaseline)
+	if rep.Engines, err = readEngines(ctx, conn, opts.Window, opts.Baseline, opts.Model); err != nil {
+		return rep, fmt.Errorf("read window %s: %w", opts.Window, err)
+	}
+	rep.Branches = append(walk(&rep.Current, &rep.Base, rep.HasBaseline), engineBranches(rep.Engines)...)
 	rep.Findings = []string{}
 	for _, b := range rep.Branches {
 		if b.Status == StatusFinding {

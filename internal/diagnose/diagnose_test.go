@@ -383,11 +383,12 @@ func TestScenarios(t *testing.T) {
 			},
 		},
 		{
-			name: "engine stops answering", window: normal, findings: []string{diagnose.BranchEngineCrash},
+			name: "engine stops answering", window: normal, findings: []string{diagnose.BranchEngineCrash, diagnose.BranchEngineNotScraped},
 			after: func(d *db, w diagnose.Range) {
+				// The last three scrapes, after the window's last good one at To - 0.5 s.
 				for i := range 3 {
-					d.exec("INSERT INTO engine_samples (event_id, ts, engine, up, scrape_error) VALUES (?, ?, 'http://vllm:8000/metrics', false, 'connection refused')",
-						fmt.Sprint("down-", i), w.To.Add(-time.Duration(3-i)*time.Second))
+					d.exec("INSERT INTO engine_samples (event_id, ts, engine, up, scrape_error) VALUES (?, fromUnixTimestamp64Micro(?, 'UTC'), 'http://vllm:8000/metrics', false, 'connection refused')",
+						fmt.Sprint("down-", i), w.To.Add(-time.Duration(3-i)*100*time.Millisecond).UnixMicro())
 				}
 			},
 			check: func(t *testing.T, rep diagnose.Report) {
@@ -397,6 +398,50 @@ func TestScenarios(t *testing.T) {
 				}
 				if !strings.HasPrefix(b.Action, "servescope postmortem --engine http://vllm:8000/metrics --at ") {
 					t.Errorf("action = %q", b.Action)
+				}
+				// The engine branch names the engine its last scrape failed on, with the error.
+				ns := branch(t, rep, diagnose.BranchEngineNotScraped)
+				if !strings.Contains(ns.Conclusion, "engine http://vllm:8000/metrics cannot be scraped") ||
+					!strings.Contains(strings.Join(ns.Evidence, "\n"), "(3 of 123 scrapes in the window): connection refused") {
+					t.Errorf("engine_not_scraped branch = %+v", ns)
+				}
+			},
+		},
+		{
+			// The engine sent spans in the baseline (its 5 minutes) and sends none while the
+			// gateway records its model's requests.
+			name: "engine spans stop", window: normal, findings: []string{diagnose.BranchSpansMissing},
+			after: func(d *db, w diagnose.Range) {
+				for i := range 30 {
+					d.exec("INSERT INTO engine_spans (event_id, request_id, ts, engine, model) VALUES (?, ?, ?, 'http://vllm:8000/metrics', 'Qwen/Qwen2.5-7B-Instruct-AWQ')",
+						fmt.Sprint("span-", w.From.Unix(), "-", i), fmt.Sprint("r-", i), w.From.Add(-time.Duration(i+1)*9*time.Second))
+				}
+			},
+			check: func(t *testing.T, rep diagnose.Report) {
+				b := branch(t, rep, diagnose.BranchSpansMissing)
+				if !strings.Contains(b.Conclusion, "engine http://vllm:8000/metrics sends no spans") ||
+					!strings.Contains(strings.Join(b.Evidence, "\n"), "0 spans in the window against 30 in the baseline") {
+					t.Errorf("spans branch = %+v", b)
+				}
+			},
+		},
+		{
+			// A second engine of the model sits idle holding 97% of its KV cache.
+			name: "KV cache stuck with nothing running", window: normal, findings: []string{diagnose.BranchKVStuck},
+			after: func(d *db, w diagnose.Range) {
+				for i := range 10 {
+					d.exec("INSERT INTO engine_samples (event_id, ts, engine, model, up, num_requests_running, num_requests_waiting, kv_cache_usage_perc) VALUES (?, ?, 'http://vllm-1:8000/metrics', 'Qwen/Qwen2.5-7B-Instruct-AWQ', true, 0, 2, 0.97)",
+						fmt.Sprint("stuck-", w.From.Unix(), "-", i), w.From.Add(time.Duration(i)*time.Second))
+				}
+			},
+			check: func(t *testing.T, rep diagnose.Report) {
+				b := branch(t, rep, diagnose.BranchKVStuck)
+				if !strings.Contains(b.Conclusion, "engine http://vllm-1:8000/metrics holds its KV cache with nothing running") ||
+					!strings.Contains(strings.Join(b.Evidence, "\n"), "10 samples with nothing running, the KV cache never under 97.0% in them, up to 2 requests waiting") {
+					t.Errorf("kv branch = %+v", b)
+				}
+				if nr := branch(t, rep, diagnose.BranchEngineNotScraped); nr.Status != diagnose.StatusClear {
+					t.Errorf("engine_not_scraped = %+v, want clear", nr)
 				}
 			},
 		},

@@ -102,7 +102,8 @@ type Stats struct {
 	Sources map[string]string `json:"sources,omitempty"`
 
 	// Instantaneous engine quantities: maxima over the range's samples of
-	// vllm:num_requests_running, vllm:num_requests_waiting and vllm:kv_cache_usage_perc (fraction).
+	// vllm:num_requests_running, vllm:num_requests_waiting and vllm:kv_cache_usage_perc (fraction;
+	// over the samples with requests running only, as kv_cache_pressure reads it).
 	RunningMax *float64 `json:"running_max,omitempty"`
 	WaitingMax *float64 `json:"waiting_max,omitempty"`
 	KVMax      *float64 `json:"kv_cache_usage_max,omitempty"`

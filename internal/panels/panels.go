@@ -17,7 +17,10 @@
 //	rule_labels: {metric: ttft_s}   # optional: which of the rule's alerts are this panel's
 //	also_rules: [...]               # optional: other rules whose alerts concern it
 //	alert_when: text/template over the rule: .Params, .Window, .For, pct
-//	why: ...; action: ...
+//	why: ...
+//	action: ...                     # only without a rule: a watched panel's action is its rule's
+//	                                # runbook action (for rule_labels), one text with the alerts'
+//	                                # description and the runbook page
 //	series: [{column: p95, label: p95, axis: right}]   # the query's value columns
 //	query: SQL returning t (the interval's start), [the split column], the series columns
 //	baseline: [{column: base_p95, label: baseline p95}]
@@ -207,8 +210,8 @@ func (p *Panel) bind(rulesByName map[string]*rules.Definition) error {
 	if !nameRE.MatchString(p.Name) {
 		return fmt.Errorf("name %q: must match %s", p.Name, nameRE)
 	}
-	if p.Title == "" || p.Row == "" || p.Action == "" || p.AlertWhen == "" || p.Why == "" {
-		return fmt.Errorf("panel %s: title, row, alert_when, why and action are required", p.Name)
+	if p.Title == "" || p.Row == "" || p.AlertWhen == "" || p.Why == "" {
+		return fmt.Errorf("panel %s: title, row, alert_when and why are required", p.Name)
 	}
 	if !units[p.Unit] || (p.UnitRight != "" && !units[p.UnitRight]) {
 		return fmt.Errorf("panel %s: unit %q, unit_right %q: want s, requests, share, score, tokens, tokens_per_s, requests_per_s, ratio or usd", p.Name, p.Unit, p.UnitRight)
@@ -223,6 +226,15 @@ func (p *Panel) bind(rulesByName map[string]*rules.Definition) error {
 		if rulesByName[r] == nil {
 			return fmt.Errorf("panel %s: also_rules: %s is not a detector rule", p.Name, r)
 		}
+	}
+	switch {
+	case p.RuleDef != nil && p.Action != "":
+		return fmt.Errorf("panel %s: action: the action of a panel a rule watches is the rule's runbook action "+
+			"(rule %s, %s): remove it here and write it there", p.Name, p.Rule, p.RuleDef.Source)
+	case p.RuleDef != nil:
+		p.Action = ruleAction(p.RuleDef, p.RuleLabels)
+	case strings.TrimSpace(p.Action) == "":
+		return fmt.Errorf("panel %s: action is required for a panel no rule watches", p.Name)
 	}
 	if len(p.Series) == 0 || strings.TrimSpace(p.Query) == "" {
 		return fmt.Errorf("panel %s: series and query are required", p.Name)
@@ -255,6 +267,19 @@ func (p *Panel) bind(rulesByName map[string]*rules.Definition) error {
 	}
 	p.AlertWhenText = text
 	return nil
+}
+
+// ruleAction is the action of the alerts of def with labels: its runbook's action for them, or,
+// for a rule without a runbook (a user's rule), its description rendered for such a row.
+func ruleAction(def *rules.Definition, labels map[string]string) string {
+	if def.Runbook != nil {
+		return def.Runbook.ActionFor(labels)
+	}
+	_, desc, err := def.Render(rules.Sample{Labels: labels, Value: math.NaN(), Baseline: math.NaN(), Threshold: math.NaN(), Firing: true, BaselineOK: true})
+	if err != nil || strings.TrimSpace(desc) == "" {
+		return "See rule " + def.Name + " (" + def.Source + "): it has no runbook."
+	}
+	return desc
 }
 
 // Window is the watching rule's window (0 without a rule).

@@ -48,3 +48,41 @@ func TestConsoleSQLBindsEverything(t *testing.T) {
 }
 
 var paramRefRE = regexpMust(`\{([a-z_][a-z0-9_]*):[A-Za-z0-9(), ']+\}`)
+
+// A panel a rule watches shows the rule's runbook action for its rule_labels, and may not write
+// its own: the dashboard's action, the alerts' description and the runbook page are one text.
+func TestPanelActionIsTheRulesRunbookAction(t *testing.T) {
+	defs, err := rules.Load(builtin.Rules, builtin.RulesDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := Load(console.Panels, console.PanelsDir, defs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched := 0
+	for _, p := range ps {
+		if p.RuleDef == nil {
+			if strings.TrimSpace(p.Action) == "" {
+				t.Errorf("panel %s without a rule has no action", p.Name)
+			}
+			continue
+		}
+		watched++
+		if want := p.RuleDef.Runbook.ActionFor(p.RuleLabels); p.Action != want {
+			t.Errorf("panel %s: action %q, rule %s's runbook says %q", p.Name, p.Action, p.Rule, want)
+		}
+	}
+	if watched < 11 {
+		t.Errorf("%d panels watched by a rule, want 11", watched)
+	}
+	byName := map[string]*rules.Definition{}
+	for _, d := range defs {
+		byName[d.Name] = d
+	}
+	src := "name: x\nrow: r\ntitle: t\nunit: s\nrule: latency_p95\nalert_when: w\nwhy: y\naction: my own\n" +
+		"series: [{column: v, label: v}]\nquery: 'SELECT 1'\nbaseline: [{column: b, label: b}]\nbaseline_query: 'SELECT 1'\n"
+	if _, err := Parse("x.yaml", []byte(src), byName); err == nil || !strings.Contains(err.Error(), "the rule's runbook action") {
+		t.Errorf("a watched panel with its own action: %v, want it refused", err)
+	}
+}

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -162,7 +164,63 @@ func newRulesCmd() *cobra.Command {
 		},
 	}
 	test.Flags().StringVar(&at, "at", "", "time 0 of every test, RFC 3339 (default: now, to the minute)")
-	cmd.AddCommand(check, test)
+	var out string
+	runbooks := &cobra.Command{
+		Use:   "runbooks [--out DIR]",
+		Short: "Write the built-in rules' runbooks as Markdown pages (docs/operations/runbooks)",
+		Long: "Writes one page per built-in rule with a runbook (the built-in SLOs' burn-rate rules too),\n" +
+			"<rule>.md, and README.md, their index, into\n" +
+			"DIR (default docs/operations/runbooks, run from the repository root), from the rule files'\n" +
+			"runbook sections: the one source of those pages, of the console's /runbooks/<rule> that the\n" +
+			"alerts' runbook_url opens, of the alerts' description and of the console panels' Action.\n" +
+			"Files of DIR that are not runbooks any more are removed. Run it after editing a runbook.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			defs, err := rules.Load(builtin.Rules, builtin.RulesDir)
+			if err != nil {
+				return fmt.Errorf("built-in rules: %w", err)
+			}
+			for _, d := range defs {
+				d.Source = path.Join(builtin.RepoDir, d.Source)
+			}
+			// The built-in SLOs' burn-rate rules are built-in rules too, with generated runbooks.
+			slos, err := slo.LoadBuiltin(builtin.SLOs, builtin.SLOsDir, builtin.RepoDir)
+			if err != nil {
+				return fmt.Errorf("built-in SLOs: %w", err)
+			}
+			for _, s := range slos {
+				rs, err := s.Rules()
+				if err != nil {
+					return fmt.Errorf("SLO %s: %w", s.Name, err)
+				}
+				defs = append(defs, rs...)
+			}
+			files := rules.RunbookFiles(defs)
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			old, err := filepath.Glob(filepath.Join(out, "*.md"))
+			if err != nil {
+				return err
+			}
+			for _, p := range old {
+				if _, keep := files[filepath.Base(p)]; !keep {
+					if err := os.Remove(p); err != nil {
+						return err
+					}
+				}
+			}
+			for _, name := range slices.Sorted(maps.Keys(files)) {
+				if err := os.WriteFile(filepath.Join(out, name), files[name], 0o644); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %d runbook pages and their index to %s\n", len(files)-1, out)
+			return nil
+		},
+	}
+	runbooks.Flags().StringVar(&out, "out", filepath.Join("docs", "operations", "runbooks"), "directory of the pages")
+	cmd.AddCommand(check, test, runbooks)
 	return cmd
 }
 

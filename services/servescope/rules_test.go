@@ -10,9 +10,10 @@ import (
 )
 
 // TestRulesCheck runs `rules check` as an operator would on a directory of rule files: one good,
-// three broken (SQL ClickHouse refuses, a parameter the rule does not set, a template field that
-// does not exist). It prints each file's first error with file and line and exits 1; the built-in
-// rules pass. It sets the process environment, so it does not run in parallel.
+// four broken (SQL ClickHouse refuses, a parameter the rule does not set, a template field that
+// does not exist, a result without the rule contract's firing column). It prints each file's first
+// error with file and line (the contract's item named) and exits 1; the built-in rules pass. It
+// sets the process environment, so it does not run in parallel.
 func TestRulesCheck(t *testing.T) {
 	_, cfg := testenv.ClickHouse(t)
 	t.Setenv("SERVESCOPE_CLICKHOUSE_DATABASE", cfg.Database)
@@ -28,6 +29,7 @@ func TestRulesCheck(t *testing.T) {
 		"bad_sql.yaml":     strings.Replace(strings.Replace(good, "%s", "bad_sql", 1), "status_code >= 500", "status >= 500", 1),
 		"no_param.yaml":    strings.Replace(strings.Replace(good, "%s", "no_param", 1), "params: {floor: 2}", "params: {flor: 2}", 1),
 		"bad_summary.yaml": strings.Replace(strings.Replace(good, "%s", "bad_summary", 1), "{{f .Value}}", "{{f .Valu}}", 1),
+		"no_firing.yaml":   strings.Replace(strings.Replace(good, "%s", "no_firing", 1), "AS firing", "AS fires", 1),
 		// A user rule named like a built-in one replaces it in the detector: the check says so.
 		"override.yaml": strings.Replace(good, "%s", "server_errors", 1),
 	}
@@ -38,14 +40,16 @@ func TestRulesCheck(t *testing.T) {
 		}
 	}
 	out, code, err := run(t, "rules", "check", dir)
-	if code != 1 || err == nil || !strings.Contains(err.Error(), "3 of 5 rule files have errors") {
+	if code != 1 || err == nil || !strings.Contains(err.Error(), "4 of 6 rule files have errors") {
 		t.Errorf("rules check: exit %d, %v", code, err)
 	}
 	for _, want := range []string{
 		"ok   " + filepath.Join(dir, "good.yaml") + " (rule good)\n",
 		"ok   " + filepath.Join(dir, "override.yaml") + " (rule server_errors, replaces the built-in rule)\n",
 		"FAIL rule file " + filepath.Join(dir, "bad_sql.yaml") + ":5: query: rule bad_sql: ClickHouse refused the query: ",
-		"FAIL rule file " + filepath.Join(dir, "no_param.yaml") + ":5: query: rule no_param: ClickHouse refused the query: Substitution `floor` is not set",
+		// Found before ClickHouse: on the query's line that names it.
+		"FAIL rule file " + filepath.Join(dir, "no_param.yaml") + ":7: query: rule no_param: {floor:Float64} names no parameter: add floor to params (set: flor)",
+		"FAIL rule file " + filepath.Join(dir, "no_firing.yaml") + ":6: query: rule no_firing: rule contract (firing): the query's result has no column firing",
 		"FAIL rule file " + filepath.Join(dir, "bad_summary.yaml") + ":4: summary: rule bad_summary: render summary: ",
 	} {
 		if !strings.Contains(out, want) {
@@ -57,7 +61,7 @@ func TestRulesCheck(t *testing.T) {
 	}
 
 	out, code, err = run(t, "rules", "check")
-	if code != 0 || strings.Count(out, "\nok   deploy/detector/rules/")+1 != 10 {
+	if code != 0 || strings.Count(out, "\nok   deploy/detector/rules/")+1 != 14 {
 		t.Errorf("rules check of the built-in rules: exit %d, %v:\n%s", code, err, out)
 	}
 }
@@ -85,7 +89,31 @@ func TestRulesTest(t *testing.T) {
 	out, code, err = run(t, "rules", "test", wrong)
 	if code != 1 || err == nil || !strings.Contains(err.Error(), "1 test file failed") ||
 		!strings.Contains(out, "FAIL "+wrong+" (1 of 6 expectations failed)") ||
-		!strings.Contains(out, "rule slot_limit at 1m0s:\n    expected, not there:\n      firing {engine=\"vllm-0\", model=\"m\", severity=\"warning\"}") {
+		!strings.Contains(out, "rule slot_limit at 1m0s:\n    expected, not there:\n      firing {app=\"all\", engine=\"vllm-0\", gateway=\"all\", model=\"m\", severity=\"warning\"}") {
 		t.Errorf("rules test with a wrong expectation: exit %d, %v:\n%s", code, err, out)
+	}
+}
+
+// TestRunbookPagesAreCurrent: docs/operations/runbooks holds exactly what `servescope rules
+// runbooks` writes from the rule files' runbook sections, so the pages cannot drift from the
+// rules (nor from the alerts' descriptions and the console's pages, made from the same sections).
+func TestRunbookPagesAreCurrent(t *testing.T) {
+	dir := filepath.Join("..", "..", "docs", "operations", "runbooks")
+	out := t.TempDir()
+	if _, code, err := run(t, "rules", "runbooks", "--out", out); code != 0 {
+		t.Fatalf("rules runbooks: exit %d, %v", code, err)
+	}
+	want, _ := filepath.Glob(filepath.Join(out, "*.md"))
+	have, _ := filepath.Glob(filepath.Join(dir, "*.md"))
+	if len(want) != 17 || len(have) != len(want) {
+		t.Errorf("%d pages written (want the 14 built-in rules', the built-in SLO's 2 and the index), %d in %s", len(want), len(have), dir)
+	}
+	for _, p := range want {
+		w, _ := os.ReadFile(p)
+		h, err := os.ReadFile(filepath.Join(dir, filepath.Base(p)))
+		if err != nil || string(h) != string(w) {
+			t.Errorf("%s differs from what the rules give (%v): run go run ./services/servescope rules runbooks from the repository root",
+				filepath.Join(dir, filepath.Base(p)), err)
+		}
 	}
 }

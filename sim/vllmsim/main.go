@@ -47,6 +47,8 @@ type config struct {
 	OTLPProtocol        string  `env:"OTLP_PROTOCOL" envDefault:"grpc"`
 	CrashAtRunning      int     `env:"CRASH_AT_RUNNING" envDefault:"0"`
 	WrongLanguageShare  float64 `env:"WRONG_LANGUAGE_SHARE" envDefault:"0"`
+	OutputLenMedian     int     `env:"OUTPUT_LEN_MEDIAN" envDefault:"0"`
+	OutputLenSigma      float64 `env:"OUTPUT_LEN_SIGMA" envDefault:"0.2"`
 	SlowShare           float64 `env:"SLOW_SHARE" envDefault:"0"`
 	SlowDelaySeconds    float64 `env:"SLOW_DELAY_S" envDefault:"5"`
 	DropShare           float64 `env:"DROP_SHARE" envDefault:"0"`
@@ -80,6 +82,8 @@ func defineFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.OTLPProtocol, "otlp-protocol", c.OTLPProtocol, "OTLP protocol: grpc or http/protobuf")
 	fs.IntVar(&c.CrashAtRunning, "crash-at-running", c.CrashAtRunning, "die with a CUDA OOM in the sampler when running exceeds this (0 = never)")
 	fs.Float64Var(&c.WrongLanguageShare, "wrong-language-share", c.WrongLanguageShare, "share of answers with CJK characters mixed in (0..1)")
+	fs.IntVar(&c.OutputLenMedian, "output-len-median", c.OutputLenMedian, "median natural answer length in tokens, log-normal with --output-len-sigma (where an answer ends without ignore_eos; 0: uniform 32..1024)")
+	fs.Float64Var(&c.OutputLenSigma, "output-len-sigma", c.OutputLenSigma, "log-space standard deviation of the natural answer length (with --output-len-median)")
 	fs.Float64Var(&c.SlowShare, "slow-share", c.SlowShare, "share of requests delayed before reaching the engine (0..1)")
 	fs.Float64Var(&c.SlowDelaySeconds, "slow-delay-s", c.SlowDelaySeconds, "delay of slow requests, simulated seconds")
 	fs.Float64Var(&c.DropShare, "drop-share", c.DropShare, "share of streams whose connection is cut mid-stream (0..1)")
@@ -122,6 +126,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("--aggregate-engine-logging does not exist in vLLM %s (main only)", v)
 	case c.CrashEngine < 0 || c.CrashEngine >= c.DataParallelSize:
 		return fmt.Errorf("--crash-engine must be an engine index below --data-parallel-size (%d), got %d", c.DataParallelSize, c.CrashEngine)
+	case c.OutputLenMedian < 0 || c.OutputLenSigma < 0:
+		return fmt.Errorf("--output-len-median and --output-len-sigma must not be negative")
 	}
 	switch {
 	case c.TimeScale <= 0:
@@ -199,6 +205,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	ecfg.KVCacheTokens = cfg.KVCacheTokens
 	ecfg.CrashAtRunning = cfg.CrashAtRunning
 	ecfg.WrongLanguageShare = cfg.WrongLanguageShare
+	ecfg.NaturalLenMedian, ecfg.NaturalLenSigma = cfg.OutputLenMedian, cfg.OutputLenSigma
 	clock := engine.NewClock(cfg.TimeScale)
 	opts := sim.Options{
 		Model: cfg.Model, Version: cfg.version, VocabSize: cfg.VocabSize, Clock: clock, Engine: ecfg, LogWriter: logOut, APIPID: os.Getpid(),

@@ -1,12 +1,15 @@
 -- The engine's instantaneous quantities over one window (maxima of the continuous samples) and
--- its failed scrapes. A failed scrape carries no model, so it counts under any --model.
+-- its failed scrapes. A failed scrape carries no model, so it counts under any --model. The KV
+-- maximum is over the samples with requests running (a sample without the running gauge counts as
+-- running), as kv_cache_pressure reads it: a cache full with nothing running is not pressure but
+-- kv_cache_stuck's fault (engines.sql), and must not read as both.
 SELECT
     count()                                     AS samples,
     countIf(NOT up)                             AS samples_down,
     uniqExact(engine)                           AS engines,
     maxOrNull(num_requests_running)             AS running_max,
     maxOrNull(num_requests_waiting)             AS waiting_max,
-    maxOrNull(kv_cache_usage_perc)              AS kv_max,
+    maxOrNullIf(kv_cache_usage_perc, ifNull(num_requests_running, 1) > 0) AS kv_max,
     minIf(ts, NOT up)                           AS first_down,
     anyIf(engine, NOT up)                       AS down_engine
 FROM engine_samples FINAL

@@ -42,6 +42,9 @@ type Config struct {
 	// RulesDir is the detector's DETECTOR_RULES_DIR, so that thresholds, windows and baselines
 	// are the ones the deployed detector evaluates.
 	RulesDir string `env:"DETECTOR_RULES_DIR"`
+	// SLOsDir is the detector's DETECTOR_SLOS_DIR: the SLOs' burn-rate rules are rules of the
+	// console too (their runbook pages, which the alerts' runbook_url opens, and the alerts page).
+	SLOsDir string `env:"DETECTOR_SLOS_DIR"`
 	// QueryTimeout bounds each ClickHouse query of a page.
 	QueryTimeout time.Duration `env:"CONSOLE_QUERY_TIMEOUT" envDefault:"20s"`
 }

@@ -63,7 +63,9 @@ var Complaints = []Complaint{
 func labelText(m map[string]string) string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
-		if k != "alertname" && k != "severity" && m[k] != "" {
+		// "all" (the label contract's value for an alert not about one model, app, engine or
+		// gateway) says nothing here.
+		if k != "alertname" && k != "severity" && m[k] != "" && m[k] != "all" {
 			keys = append(keys, k)
 		}
 	}
@@ -162,7 +164,7 @@ func newPages() (*pages, error) {
 		return nil, fmt.Errorf("console templates: %w", err)
 	}
 	p := &pages{t: map[string]*template.Template{}}
-	for _, name := range []string{"login", "dashboard", "alerts", "complaint", "crash", "request"} {
+	for _, name := range []string{"login", "dashboard", "alerts", "complaint", "crash", "request", "runbook"} {
 		body, err := fs.ReadFile(web.Templates, "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console templates: %w", err)
@@ -216,6 +218,9 @@ type pageData struct {
 	SlowBy    string
 	SlowHrefs map[string]template.URL
 	SlowError string
+	// Runbook pages: one rule's, or the index.
+	Runbook  *RunbookPage
+	Runbooks []*RunbookPage
 	// Crash page.
 	Postmortem *postmortem.Report
 	PMText     string

@@ -14,6 +14,7 @@ import (
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/panels"
 	"github.com/servescope/servescope/internal/requestview"
+	"github.com/servescope/servescope/services/detector/rules"
 )
 
 // Line is one drawn series: a label and one value per timestamp of its PanelData (nil: no value).
@@ -409,7 +410,9 @@ func ruleState(p *panels.Panel, latest []AlertRow, filters map[string]string) Ru
 		}
 		match := true
 		for k, v := range filters {
-			if lv, ok := a.Labels[k]; ok && v != "" && lv != "" && lv != v {
+			// A label "all" (the label contract's value for an alert not about one model, app
+			// or engine) matches every filter, as a missing label does.
+			if lv, ok := a.Labels[k]; ok && v != "" && lv != "" && lv != rules.ScopeAll && lv != v {
 				match = false
 			}
 		}

@@ -60,10 +60,11 @@ type Server struct {
 // New builds the console on cfg. It opens the ClickHouse client without waiting for the server:
 // the console serves (with a banner) through an outage.
 func New(cfg Config, log *slog.Logger) (*Server, error) {
-	defs, err := detectorservice.LoadRules(cfg.RulesDir)
+	loaded, err := detectorservice.Load(detectorservice.Config{RulesDir: cfg.RulesDir, SLOsDir: cfg.SLOsDir})
 	if err != nil {
 		return nil, err
 	}
+	defs := loaded.Rules
 	ps, err := panels.Load(consolepanels.Panels, consolepanels.PanelsDir, defs)
 	if err != nil {
 		return nil, err
@@ -109,6 +110,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /login", s.loginPage)
 	mux.HandleFunc("POST /login", s.login)
 	mux.HandleFunc("POST /logout", s.logout)
+	// Runbooks need no login (see runbookPage): they are what an alert's runbook_url opens.
+	mux.HandleFunc("GET /runbooks", s.runbooksIndex)
+	mux.HandleFunc("GET /runbooks/{rule}", s.runbookPage)
 	mux.Handle("GET /{$}", s.auth(s.dashboard))
 	mux.Handle("GET /alerts", s.auth(s.alertsPage))
 	mux.Handle("GET /complaint/{id}", s.auth(s.complaintPage))

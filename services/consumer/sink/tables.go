@@ -16,15 +16,16 @@ type table struct {
 	row func(dst []any, e schema.Event) []any
 }
 
-// Table names, one per event kind, as created by migration 000001.
+// Table names, one per event kind, as created by migration 000001 (gateway_heartbeats: 000030).
 const (
-	TableRequestsStarted = "requests_started"
-	TableRequests        = "requests"
-	TableAppRecords      = "app_records"
-	TableEngineSamples   = "engine_samples"
-	TableEngineSpans     = "engine_spans"
-	TableEngineLogs      = "engine_logs"
-	TableIngestErrors    = "ingest_errors"
+	TableRequestsStarted   = "requests_started"
+	TableRequests          = "requests"
+	TableAppRecords        = "app_records"
+	TableEngineSamples     = "engine_samples"
+	TableEngineSpans       = "engine_spans"
+	TableEngineLogs        = "engine_logs"
+	TableGatewayHeartbeats = "gateway_heartbeats"
+	TableIngestErrors      = "ingest_errors"
 )
 
 // TableFor returns the landing table of events of kind k, and false for an unknown kind.
@@ -42,13 +43,15 @@ func TableFor(k schema.Kind) (string, bool) {
 		return TableEngineSpans, true
 	case schema.KindEngineLog:
 		return TableEngineLogs, true
+	case schema.KindGatewayHeartbeat:
+		return TableGatewayHeartbeats, true
 	}
 	return "", false
 }
 
 // Tables lists every table the consumer writes: one per kind in schema order, then ingest_errors.
 func Tables() []string {
-	out := make([]string, 0, 7)
+	out := make([]string, 0, len(schema.Kinds())+1)
 	for _, k := range schema.Kinds() {
 		name, _ := TableFor(k)
 		out = append(out, name)
@@ -73,7 +76,7 @@ func strMap(m map[string]float64) map[string]float64 {
 	return m
 }
 
-// tableDefs returns the table of each kind. The column lists match migration 000001 exactly;
+// tableDefs returns the table of each kind. The column lists match the migrations exactly;
 // TestTableColumnsMatchMigration checks them against a migrated database.
 func tableDefs() map[schema.Kind]*table {
 	return map[schema.Kind]*table{
@@ -211,6 +214,28 @@ func tableDefs() map[schema.Kind]*table {
 					e.EngineIndex, e.Engines, e.Message, e.PromptThroughputTPS, e.GenerationThroughputTPS, e.Running, e.Waiting,
 					e.KVCacheUsagePerc, e.PrefixCacheHitRate, e.Preemptions, e.ExceptionType, e.OOMBytesRequested,
 					e.OOMTotalCapacityBytes, e.OOMFreeBytes, frames,
+				)
+			},
+		},
+		schema.KindGatewayHeartbeat: {
+			name: TableGatewayHeartbeats,
+			columns: []string{
+				"event_id", "ts", "gateway", "interval_s", "listed_after_s", "in_flight", "open_omitted",
+				"open_request_id", "open_arrival_ts", "open_model", "open_endpoint", "open_stream",
+				"open_upstream", "open_app", "open_phase",
+			},
+			row: func(dst []any, ev schema.Event) []any {
+				e := ev.(*schema.GatewayHeartbeat)
+				n := len(e.Open)
+				ids, arrivals, models, endpoints := make([]string, n), make([]time.Time, n), make([]string, n), make([]string, n)
+				streams, upstreams, apps, phases := make([]bool, n), make([]string, n), make([]string, n), make([]string, n)
+				for i, o := range e.Open {
+					ids[i], arrivals[i], models[i], endpoints[i] = o.RequestID, o.ArrivalTS, o.Model, o.Endpoint
+					streams[i], upstreams[i], apps[i], phases[i] = o.Stream, o.Upstream, o.App, o.Phase
+				}
+				return append(dst,
+					e.EventID, e.TS, e.Gateway, e.IntervalSeconds, e.ListedAfterSeconds, e.InFlight, e.OpenOmitted,
+					ids, arrivals, models, endpoints, streams, upstreams, apps, phases,
 				)
 			},
 		},

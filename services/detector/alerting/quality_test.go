@@ -90,8 +90,8 @@ func TestKeepFiringFor(t *testing.T) {
 	}
 }
 
-// A rule's labels join the row's (and win over them), alertname and severity win over both, and
-// runbook_url becomes an annotation.
+// A rule's labels join the row's (and win over them), alertname and severity win over both, the
+// scope labels the row leaves out are "all", and runbook_url becomes an annotation.
 func TestRuleLabelsAndRunbook(t *testing.T) {
 	d := parseDef(t, "labels: {team: serving, app: fixed}", "runbook_url: https://runbooks.example/r")
 	s := scripted{rows: map[time.Time][]rules.Sample{
@@ -102,7 +102,8 @@ func TestRuleLabelsAndRunbook(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := r.Alerts()[0]
-	want := map[string]string{"alertname": "r", "severity": "critical", "team": "serving", "app": "fixed", "model": "m"}
+	want := map[string]string{"alertname": "r", "severity": "critical", "team": "serving", "app": "fixed", "model": "m",
+		"engine": "all", "gateway": "all"}
 	if len(a.Labels) != len(want) {
 		t.Fatalf("labels %v, want %v", a.Labels, want)
 	}
@@ -193,5 +194,64 @@ func TestHysteresisHoldsOnlyFiringAlerts(t *testing.T) {
 				t.Fatalf("states %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A resolved alert says what its value came back to (the rule's row at the resolving evaluation,
+// when the rule still returns it) or that the row is gone, beside the value it last fired with,
+// not the firing text; a row's details become annotations that do not change its identity.
+func TestResolvedSaysWhatTheValueCameBackTo(t *testing.T) {
+	d := parseDef(t, "resolved_summary: '{{if .HasValue}}back to {{f .Value}} (threshold {{f .Threshold}}){{else}}no data{{end}}, fired at {{f .FiredValue}}'")
+	row := func(v float64, firing bool, details map[string]string) rules.Sample {
+		return rules.Sample{Labels: map[string]string{"model": "m"}, Value: v, Baseline: 1, Threshold: 2, Firing: firing,
+			KeepFiring: firing, BaselineOK: true, Details: details}
+	}
+	s := scripted{rows: map[time.Time][]rules.Sample{
+		tick(0): {row(5, true, map[string]string{"request_id": "r1", "summary": "not this"})},
+		tick(1): {row(6, true, map[string]string{"request_id": "r2"})},
+		tick(2): {row(0.5, false, nil)},
+		tick(3): {row(7, true, nil)},
+		tick(4): {},
+	}}
+	r := NewRule(d, s)
+	var fp string
+	for i := range 5 {
+		changed, err := r.Eval(context.Background(), tick(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := r.Alerts()[0]
+		switch i {
+		case 0:
+			fp = a.Fingerprint
+			if a.Annotations["request_id"] != "r1" || a.Annotations["summary"] != "value 5.000" {
+				t.Errorf("firing annotations %v: want the row's request_id, and the detector's summary", a.Annotations)
+			}
+		case 1:
+			if a.Fingerprint != fp || a.Annotations["request_id"] != "r2" {
+				t.Errorf("tick 1: fingerprint %s (was %s), annotations %v", a.Fingerprint, fp, a.Annotations)
+			}
+		case 2:
+			if len(changed) != 1 || !changed[0].Resolved() {
+				t.Fatalf("tick 2: changed %+v, want the resolution", changed)
+			}
+			if got := changed[0].Annotations; got["summary"] != "back to 0.500 (threshold 2.000), fired at 6.000" ||
+				got["value"] != "0.5" || got["fired_value"] != "6" || got["request_id"] != "" || got["description"] != "" {
+				t.Errorf("resolved annotations %v", got)
+			}
+		case 4:
+			if got := changed[0].Annotations; got["summary"] != "no data, fired at 7.000" || got["value"] != "unknown" {
+				t.Errorf("resolved with the row gone: %v", got)
+			}
+		}
+	}
+	// The default text names the labels and both values.
+	d = parseDef(t)
+	r = NewRule(d, scripted{rows: map[time.Time][]rules.Sample{tick(0): {row(5, true, nil)}, tick(1): {row(1, false, nil)}}})
+	r.Eval(context.Background(), tick(0))
+	changed, _ := r.Eval(context.Background(), tick(1))
+	want := "Resolved: r app=all engine=all gateway=all model=m is back to 1.000 (threshold 2.000); it was 5.000 when it last fired."
+	if len(changed) != 1 || changed[0].Annotations["summary"] != want {
+		t.Errorf("default resolved summary %q, want %q", changed[0].Annotations["summary"], want)
 	}
 }

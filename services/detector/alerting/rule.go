@@ -3,6 +3,7 @@ package alerting
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -55,23 +56,19 @@ func (r *Rule) Eval(ctx context.Context, ts time.Time) ([]*Alert, error) {
 	defer r.mu.Unlock()
 	var changed []*Alert
 	seen := map[string]bool{}
-	for _, s := range samples {
+	// rows holds every row by its alert's fingerprint, firing or not, so that a resolution says
+	// what the value came back to.
+	rows := map[string]*rules.Sample{}
+	for i := range samples {
+		s := samples[i]
+		labels := r.labels(s.Labels)
+		fp := Fingerprint(labels)
+		if _, ok := rows[fp]; !ok {
+			rows[fp] = &samples[i]
+		}
 		if !s.Firing && !s.KeepFiring {
 			continue
 		}
-		labels := map[string]string{}
-		for k, v := range s.Labels {
-			if v != "" {
-				labels[k] = v
-			}
-		}
-		// The rule's own labels win over a row's, as a Prometheus rule's labels do over its
-		// series' labels; alertname and severity win over both.
-		for k, v := range r.def.Labels {
-			labels[k] = v
-		}
-		labels["alertname"], labels["severity"] = r.def.Name, r.def.Severity
-		fp := Fingerprint(labels)
 		if seen[fp] {
 			continue
 		}
@@ -128,6 +125,7 @@ func (r *Rule) Eval(ctx context.Context, ts time.Time) ([]*Alert, error) {
 			changed = append(changed, a)
 		case StateFiring:
 			a.State, a.ResolvedAt = StateInactive, ts
+			r.resolvedAnnotations(a, rows[fp])
 			changed = append(changed, a)
 		case StateInactive:
 			if ts.Sub(a.ResolvedAt) >= resolvedRetention {
@@ -148,6 +146,37 @@ func (r *Rule) Eval(ctx context.Context, ts time.Time) ([]*Alert, error) {
 	return out, nil
 }
 
+// labels are the labels of the alert of a row with row labels: the row's non-empty labels, the
+// rule's own labels over them (as a Prometheus rule's labels win over its series'), every scope
+// label (rules.ScopeLabels) the row leaves empty set to rules.ScopeAll, then alertname and
+// severity. So every alert carries model, app, engine and gateway: Alertmanager drops an empty
+// label, and an inhibit rule's `equal` takes two missing labels as equal, which muted alerts
+// about different things.
+func (r *Rule) labels(row map[string]string) map[string]string {
+	labels := map[string]string{}
+	for k, v := range row {
+		if v != "" {
+			labels[k] = v
+		}
+	}
+	for k, v := range r.def.Labels {
+		labels[k] = v
+	}
+	for _, k := range rules.ScopeLabels {
+		if labels[k] == "" {
+			labels[k] = rules.ScopeAll
+		}
+	}
+	labels["alertname"], labels["severity"] = r.def.Name, r.def.Severity
+	return labels
+}
+
+// reservedAnnotations are the annotations the detector writes; a row's details cannot replace them.
+var reservedAnnotations = map[string]bool{
+	"summary": true, "description": true, "value": true, "baseline": true, "threshold": true,
+	"runbook_url": true, "baseline_note": true, "fired_value": true,
+}
+
 func (r *Rule) annotations(s rules.Sample) (map[string]string, error) {
 	summary, description, err := r.def.Render(s)
 	if err != nil {
@@ -157,6 +186,11 @@ func (r *Rule) annotations(s rules.Sample) (map[string]string, error) {
 		"summary": summary, "description": description,
 		"value": formatFigure(s.Value), "baseline": formatFigure(s.Baseline), "threshold": formatFigure(s.Threshold),
 	}
+	for k, v := range s.Details {
+		if !reservedAnnotations[k] && v != "" {
+			ann[k] = v
+		}
+	}
 	if r.def.RunbookURL != "" {
 		ann["runbook_url"] = r.def.RunbookURL
 	}
@@ -164,6 +198,33 @@ func (r *Rule) annotations(s rules.Sample) (map[string]string, error) {
 		ann["baseline_note"] = "not enough baseline data: compared with the rule's absolute floor"
 	}
 	return ann, nil
+}
+
+// resolvedAnnotations replace a resolved alert's firing texts with what its value came back to:
+// current is the rule's row for it at the resolving evaluation, nil when the rule returned none.
+// The value it last fired with stays as fired_value; the runbook_url stays.
+func (r *Rule) resolvedAnnotations(a *Alert, current *rules.Sample) {
+	fired := a.Value
+	row := map[string]string{}
+	for k, v := range a.Labels {
+		if k != "alertname" && k != "severity" {
+			row[k] = v
+		}
+	}
+	summary, err := r.def.RenderResolved(row, current, fired)
+	if err != nil {
+		summary = fmt.Sprintf("Resolved (value %s when it last fired).", formatFigure(fired))
+	}
+	ann := map[string]string{"summary": summary, "fired_value": formatFigure(fired)}
+	if u := a.Annotations["runbook_url"]; u != "" {
+		ann["runbook_url"] = u
+	}
+	a.Value, a.Baseline, a.Threshold = math.NaN(), math.NaN(), math.NaN()
+	if current != nil {
+		a.Value, a.Baseline, a.Threshold = current.Value, current.Baseline, current.Threshold
+	}
+	ann["value"], ann["baseline"], ann["threshold"] = formatFigure(a.Value), formatFigure(a.Baseline), formatFigure(a.Threshold)
+	a.Annotations = ann
 }
 
 // Alerts returns copies of the rule's alerts (pending, firing and recently resolved).
@@ -244,6 +305,13 @@ func (r *Rule) Retire(ts time.Time) []*Alert {
 			if a.FiredAt.After(ts) {
 				a.ResolvedAt = a.FiredAt
 			}
+			ann := map[string]string{"fired_value": formatFigure(a.Value),
+				"summary": fmt.Sprintf("Resolved because rule %s was removed or changed by a reload (value %s when it last fired).",
+					r.def.Name, formatFigure(a.Value))}
+			if u := a.Annotations["runbook_url"]; u != "" {
+				ann["runbook_url"] = u
+			}
+			a.Annotations = ann
 			changed = append(changed, a.clone())
 		}
 	}

@@ -3,6 +3,7 @@ package alerting
 import (
 	"context"
 	"errors"
+	"maps"
 	"testing"
 	"time"
 
@@ -116,9 +117,10 @@ func TestAlertFieldsAndFingerprint(t *testing.T) {
 		t.Fatalf("alerts %d, want 1", len(as))
 	}
 	a := as[0]
-	wantLabels := map[string]string{"alertname": "r", "severity": "critical", "app": "a"}
-	if len(a.Labels) != 3 || a.Labels["app"] != "a" || a.Labels["alertname"] != "r" || a.Labels["severity"] != "critical" {
-		t.Fatalf("labels %v, want %v (empty labels dropped)", a.Labels, wantLabels)
+	// An empty row label is dropped; every scope label is there, "all" where the row names none.
+	wantLabels := map[string]string{"alertname": "r", "severity": "critical", "app": "a", "model": "all", "engine": "all", "gateway": "all"}
+	if !maps.Equal(a.Labels, wantLabels) {
+		t.Fatalf("labels %v, want %v (empty labels dropped, scope labels all)", a.Labels, wantLabels)
 	}
 	if a.Fingerprint != Fingerprint(wantLabels) || !a.ActiveAt.Equal(tick(0)) || !a.FiredAt.Equal(tick(1)) ||
 		a.Value != 7 || a.Annotations["summary"] != "value 7.000" || a.Annotations["baseline_note"] != "" {

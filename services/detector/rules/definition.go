@@ -11,6 +11,15 @@
 //	baseline_ok UInt8/Bool           0 when the baseline lacked data and an absolute floor was used
 //	keep_firing UInt8/Bool           only with `hysteresis: true`: 1 while the row's resolve
 //	                                 condition is not met (see Definition.Hysteresis)
+//	details     Map(String, String)  optional: annotations of the alert that do not identify it
+//	                                 (the oldest hung request's request_id, say)
+//
+// `servescope rules check` ([Check]) verifies these names in the query's text before ClickHouse
+// sees it ([Contract]), and their types in a dry run.
+//
+// Every alert carries one label contract (docs/alerting.md): alertname (the rule), severity, and
+// the scope labels model, app, engine and gateway ([ScopeLabels]), each present: a row's label, or
+// "all" when the row does not narrow the alert to one (see the alerting package).
 //
 // Every value in the query is a ClickHouse query parameter ({name:Type}) bound by clickhouse-go; the
 // only text expanded before the query is sent are the macros below, which produce SQL that itself
@@ -73,15 +82,26 @@ type Definition struct {
 	// Labels are added to every alert of the rule (e.g. team: serving) for Alertmanager's routing;
 	// they replace a row label of the same name. alertname and severity cannot be set here.
 	Labels map[string]string `yaml:"labels"`
-	// RunbookURL, when set, is the alerts' runbook_url annotation.
+	// RunbookURL, when set, is the alerts' runbook_url annotation. Without it, a rule with a
+	// Runbook links to the console's page of it (DETECTOR_CONSOLE_URL/runbooks/<rule>).
 	RunbookURL string `yaml:"runbook_url"`
+	// Runbook is what fired, how to confirm it, what to do and what not to do: the source of the
+	// alerts' description, the console panel's Action and the runbook page (see [Runbook]). A
+	// rule sets runbook or description, not both; every built-in rule has a runbook.
+	Runbook *Runbook `yaml:"runbook"`
 	// Baseline says which earlier period the window is compared with.
 	Baseline Baseline `yaml:"baseline"`
 	// Params are thresholds and other constants, bound as query parameters of the same name.
 	Params map[string]any `yaml:"params"`
-	// Summary and Description are text/template strings over [TemplateData].
+	// Summary and Description are text/template strings over [TemplateData]. Description is for
+	// rules without a Runbook, whose action is the description.
 	Summary     string `yaml:"summary"`
 	Description string `yaml:"description"`
+	// ResolvedSummary is the summary of a resolved alert, a text/template string over
+	// [TemplateData] with Resolved set: what the value came back to (Value, NaN when the row is
+	// gone: no data in the window), against FiredValue, the value at its last firing evaluation.
+	// Empty: a generic text (DefaultResolvedSummary).
+	ResolvedSummary string `yaml:"resolved_summary"`
 	// Query is the SQL (see the package documentation for its contract).
 	Query string `yaml:"query"`
 	// Source is the file the rule was read from.
@@ -125,6 +145,20 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 // MarshalYAML writes the duration as UnmarshalYAML reads it ("30s", "1h0m0s").
 func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
 
+// ScopeLabels are the labels every alert carries besides alertname and severity, naming what it
+// is about; a row that does not narrow the alert to one value of a scope label gets ScopeAll.
+var ScopeLabels = []string{"model", "app", "engine", "gateway"}
+
+// ScopeAll is a scope label's value on an alert that is not about one model, app, engine or
+// gateway: the rule does not split by it, or the row covers every value. Alertmanager drops labels
+// with empty values, and its inhibit rules take two missing labels as equal, so "all" is written
+// instead of leaving the label out.
+const ScopeAll = "all"
+
+// ScopeNone is the value a rule gives a scope label for the records that carry none (requests sent
+// without an application name): not every app, and not one app either.
+const ScopeNone = "none"
+
 var (
 	nameRE  = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 	paramRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
@@ -167,7 +201,9 @@ func (e *FileError) Unwrap() error { return e.Err }
 // key's line.
 type keyError struct {
 	key string
-	err error
+	// line, when set, is the file's line at fault inside the key's value (a query's line).
+	line int
+	err  error
 }
 
 func (e *keyError) Error() string { return e.key + ": " + e.err.Error() }
@@ -180,37 +216,92 @@ func keyErrorf(key, format string, args ...any) error {
 // not found").
 var yamlLineRE = regexp.MustCompile(`line (\d+)`)
 
-// Parse reads one rule file. source names it in errors, which are [*FileError]s.
+// Parse reads one rule file. source names it in errors, which are [*FileError]s with the line
+// and, when the fault is a key's, the key.
 func Parse(source string, data []byte) (*Definition, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, yamlError(source, err)
+		return nil, syntaxError(source, data, err)
 	}
+	lines := keyLines(&root)
 	var d Definition
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&d); err != nil {
-		return nil, yamlError(source, err)
+		return nil, decodeError(source, lines, err)
 	}
 	d.Source = source
-	d.lines = keyLines(&root)
+	d.lines = lines
 	if err := d.validate(); err != nil {
 		fe := &FileError{File: source, Err: err}
 		var ke *keyError
 		if errors.As(err, &ke) {
 			fe.Key, fe.Err, fe.Line = ke.key, ke.err, d.Line(ke.key)
+			if ke.line > 0 {
+				fe.Line = ke.line
+			}
 		}
 		return nil, fe
 	}
 	return &d, nil
 }
 
-func yamlError(source string, err error) *FileError {
-	fe := &FileError{File: source, Err: err}
-	if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
-		fe.Line, _ = strconv.Atoi(m[1])
+// syntaxError places a YAML syntax error on the line at fault. go-yaml names the line where the
+// construct around the fault began, counted from 0 (the line before an unclosed bracket's, a
+// tab's or a block scalar's bad indentation), so the line is found again here: the first line
+// from which every longer prefix of the file fails to parse. The error quotes that line.
+func syntaxError(source string, data []byte, err error) *FileError {
+	lines := strings.SplitAfter(string(data), "\n")
+	line := 0
+	for k := len(lines); k >= 1; k-- {
+		var n yaml.Node
+		if yaml.Unmarshal([]byte(strings.Join(lines[:k], "")), &n) == nil {
+			break
+		}
+		line = k
+	}
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if m := yamlLineRE.FindStringSubmatchIndex(msg); m != nil && m[0] == 0 {
+		msg = strings.TrimPrefix(msg[m[1]:], ": ")
+	}
+	fe := &FileError{File: source, Line: line, Err: fmt.Errorf("YAML: %s", msg)}
+	if line > 0 && line <= len(lines) {
+		fe.Err = fmt.Errorf("YAML: %s: %q", msg, strings.TrimRight(lines[line-1], "\r\n"))
 	}
 	return fe
+}
+
+// decodeError places an error of decoding the file into a Definition (an unknown key, a value of
+// the wrong type) on its line, and names the key there.
+func decodeError(source string, lines map[string]int, err error) *FileError {
+	fe := &FileError{File: source, Err: err}
+	msg := err.Error()
+	if te, ok := err.(*yaml.TypeError); ok && len(te.Errors) > 0 {
+		msg = te.Errors[0]
+	}
+	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+		fe.Line, _ = strconv.Atoi(m[1])
+		msg = strings.TrimPrefix(strings.TrimPrefix(msg, m[0]), ": ")
+	}
+	for k, l := range lines {
+		if strings.HasSuffix(k, textSuffix) {
+			continue
+		}
+		if l == fe.Line && (fe.Key == "" || len(k) > len(fe.Key)) {
+			fe.Key = k
+		}
+	}
+	fe.Err = errors.New(msg)
+	return fe
+}
+
+// QueryLine returns the file's line of line l (from 1) of the query's text, or the query key's
+// line when that is unknown.
+func (d *Definition) QueryLine(l int) int {
+	if first, ok := d.lines["query"+textSuffix]; ok && l > 0 {
+		return first + l - 1
+	}
+	return d.Line("query")
 }
 
 // Line returns the line of a key of the rule's file ("query", "params.ratio"; a nested key falls
@@ -229,8 +320,13 @@ func (d *Definition) Line(key string) int {
 	return 0
 }
 
+// textSuffix marks, in a Definition's lines, the line where a top-level key's text starts
+// ("query" + textSuffix).
+const textSuffix = "#text"
+
 // keyLines maps the document's top-level keys, and the keys of its mappings one level down
-// ("params.ratio"), to their lines.
+// ("params.ratio"), to their lines, and each top-level key + textSuffix to the line its value's
+// text starts on.
 func keyLines(root *yaml.Node) map[string]int {
 	lines := map[string]int{}
 	n := root
@@ -243,6 +339,12 @@ func keyLines(root *yaml.Node) map[string]int {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		lines[k.Value] = k.Line
+		// Where a scalar's text starts: the line after `|` or `>` for a block scalar.
+		first := v.Line
+		if v.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0 {
+			first++
+		}
+		lines[k.Value+textSuffix] = first
 		if v.Kind == yaml.MappingNode {
 			for j := 0; j+1 < len(v.Content); j += 2 {
 				lines[k.Value+"."+v.Content[j].Value] = v.Content[j].Line
@@ -309,10 +411,50 @@ func (d *Definition) validate() error {
 	if strings.TrimSpace(d.Query) == "" {
 		return keyErrorf("query", "rule %s: query is empty", d.Name)
 	}
-	if _, err := d.expandQuery(); err != nil {
+	q, err := d.expandQuery()
+	if err != nil {
 		return &keyError{key: "query", err: err}
 	}
+	if err := d.checkParams(q); err != nil {
+		return err
+	}
+	if d.Runbook != nil {
+		if d.Description != "" {
+			return keyErrorf("description", "rule %s: the description is the runbook's action: set runbook or description, not both", d.Name)
+		}
+		if err := d.Runbook.validate(); err != nil {
+			return err
+		}
+	}
 	return d.checkTemplates()
+}
+
+// checkParams checks each query parameter against params: a {name:Type} that no parameter (and
+// no bound value) sets is placed on its line of the query, and a parameter whose value the type
+// cannot take on its own key (a string where the query reads a Float64), not on the query.
+func (d *Definition) checkParams(q string) error {
+	for _, p := range placeholders(q) {
+		v, ok := d.Params[p.name]
+		if !ok {
+			if reservedParams[p.name] {
+				continue
+			}
+			return &keyError{key: "query", line: d.QueryLine(p.line), err: fmt.Errorf(
+				"rule %s: {%s:%s} names no parameter: add %s to params (set: %s)", d.Name, p.name, p.typ, p.name, paramNames(d.Params))}
+		}
+		if ok, want := paramFits(v, p.typ); !ok {
+			return keyErrorf("params."+p.name, "rule %s: parameter %s is %v, but the query reads it as %s (its line %d): want %s",
+				d.Name, p.name, v, p.typ, d.QueryLine(p.line), want)
+		}
+	}
+	return nil
+}
+
+func paramNames(params map[string]any) string {
+	if len(params) == 0 {
+		return "none"
+	}
+	return strings.Join(slices.Sorted(maps.Keys(params)), ", ")
 }
 
 // checkTemplates parses the summary and description and renders them for sample rows (with and
@@ -327,6 +469,13 @@ func (d *Definition) checkTemplates() error {
 		for _, s := range samples {
 			if _, err := d.render(t.name, t.text, s); err != nil {
 				return &keyError{key: t.name, err: err}
+			}
+		}
+	}
+	for _, s := range samples {
+		for _, current := range []*Sample{&s, nil} {
+			if _, err := d.RenderResolved(s.Labels, current, s.Value); err != nil {
+				return &keyError{key: "resolved_summary", err: err}
 			}
 		}
 	}

@@ -27,6 +27,9 @@ type Sample struct {
 	// KeepFiring is true while the row's resolve condition is not met: an alert already firing
 	// stays firing (see Definition.Hysteresis). It equals Firing for rules without hysteresis.
 	KeepFiring bool
+	// Details are the row's details column (empty when the query has none): annotations of the
+	// alert that do not identify it, such as the oldest hung request's request_id.
+	Details map[string]string
 }
 
 // Rule is anything the detector evaluates: a name and rows at an explicit time. Nothing inside a
@@ -41,6 +44,8 @@ type SQLRule struct {
 	def   *Definition
 	query string
 	conn  driver.Conn
+	// details is set when the query returns the optional details column.
+	details bool
 }
 
 // NewSQLRule prepares def for evaluation on conn.
@@ -54,9 +59,15 @@ func NewSQLRule(def *Definition, conn driver.Conn) (*SQLRule, error) {
 	if def.Hysteresis {
 		keep = "keep_firing"
 	}
+	details := hasOutputColumn(q, "details")
+	detailsCol := "map()"
+	if details {
+		detailsCol = "details"
+	}
 	wrapped := "SELECT CAST(labels, 'Map(String, String)'), toFloat64(value), CAST(baseline, 'Nullable(Float64)'), " +
-		"toFloat64(threshold), toUInt8(firing), toUInt8(baseline_ok), toUInt8(" + keep + ") FROM (\n" + q + "\n)"
-	return &SQLRule{def: def, query: wrapped, conn: conn}, nil
+		"toFloat64(threshold), toUInt8(firing), toUInt8(baseline_ok), toUInt8(" + keep + "), " +
+		"CAST(" + detailsCol + ", 'Map(String, String)') FROM (\n" + q + "\n)"
+	return &SQLRule{def: def, query: wrapped, conn: conn, details: details}, nil
 }
 
 // Name returns the rule's name.
@@ -131,7 +142,7 @@ func (r *SQLRule) Eval(ctx context.Context, ts time.Time) ([]Sample, error) {
 			ok       uint8
 			keep     uint8
 		)
-		if err := rows.Scan(&s.Labels, &s.Value, &baseline, &s.Threshold, &firing, &ok, &keep); err != nil {
+		if err := rows.Scan(&s.Labels, &s.Value, &baseline, &s.Threshold, &firing, &ok, &keep, &s.Details); err != nil {
 			return nil, fmt.Errorf("read rule %s row: %w", r.def.Name, err)
 		}
 		s.Baseline = math.NaN()
@@ -147,14 +158,27 @@ func (r *SQLRule) Eval(ctx context.Context, ts time.Time) ([]Sample, error) {
 	return out, nil
 }
 
-// TemplateData is what summary and description templates see.
+// TemplateData is what summary, description and resolved_summary templates see.
 type TemplateData struct {
-	Rule                       string
-	Labels                     map[string]string
+	Rule   string
+	Labels map[string]string
+	// Details are the row's details column (see Sample.Details).
+	Details                    map[string]string
 	Value, Baseline, Threshold float64
 	BaselineOK                 bool
 	Params                     map[string]any
+	// Resolved is set for resolved_summary; FiredValue is then the value at the alert's last
+	// firing evaluation, and HasValue says whether the rule still returns the alert's row
+	// (Value, Baseline and Threshold are NaN when it does not: no data in the window).
+	Resolved   bool
+	FiredValue float64
+	HasValue   bool
 }
+
+// DefaultResolvedSummary is the resolved summary of a rule without resolved_summary.
+const DefaultResolvedSummary = `Resolved: {{.Rule}}{{range $k, $v := .Labels}} {{$k}}={{$v}}{{end}} ` +
+	`{{if .HasValue}}is back to {{f .Value}} (threshold {{f .Threshold}}){{else}}has no row in the window any more (no data){{end}}; ` +
+	`it was {{f .FiredValue}} when it last fired.`
 
 var textFuncs = template.FuncMap{
 	// f formats a number with 3 significant decimals, "unknown" for NaN.
@@ -173,10 +197,14 @@ var textFuncs = template.FuncMap{
 	},
 }
 
-// Render fills the rule's summary and description for one row.
+// Render fills the rule's summary and description for one row. With a runbook, the description
+// is the runbook's action for the row's labels.
 func (d *Definition) Render(s Sample) (summary, description string, err error) {
 	if summary, err = d.render("summary", d.Summary, s); err != nil {
 		return "", "", err
+	}
+	if d.Runbook != nil {
+		return summary, oneLine(d.Runbook.ActionFor(s.Labels)), nil
 	}
 	if description, err = d.render("description", d.Description, s); err != nil {
 		return "", "", err
@@ -184,10 +212,36 @@ func (d *Definition) Render(s Sample) (summary, description string, err error) {
 	return summary, description, nil
 }
 
+// RenderResolved fills the resolved summary of an alert with labels labels (without alertname and
+// severity) whose last
+// firing value was firedValue: current is the rule's row for the alert at the resolving
+// evaluation, nil when the rule returned none (no data in the window).
+func (d *Definition) RenderResolved(labels map[string]string, current *Sample, firedValue float64) (string, error) {
+	text := d.ResolvedSummary
+	if text == "" {
+		text = DefaultResolvedSummary
+	}
+	s := Sample{Value: math.NaN(), Baseline: math.NaN(), Threshold: math.NaN()}
+	if current != nil {
+		s = *current
+	}
+	s.Labels = labels
+	return d.renderData("resolved_summary", text, s, func(t *TemplateData) {
+		t.Resolved, t.FiredValue, t.HasValue = true, firedValue, current != nil
+	})
+}
+
 // render fills one template (the summary or the description) for one row.
 func (d *Definition) render(name, text string, s Sample) (string, error) {
-	data := TemplateData{Rule: d.Name, Labels: s.Labels, Value: s.Value, Baseline: s.Baseline,
+	return d.renderData(name, text, s, nil)
+}
+
+func (d *Definition) renderData(name, text string, s Sample, set func(*TemplateData)) (string, error) {
+	data := TemplateData{Rule: d.Name, Labels: s.Labels, Details: s.Details, Value: s.Value, Baseline: s.Baseline,
 		Threshold: s.Threshold, BaselineOK: s.BaselineOK, Params: d.Params}
+	if set != nil {
+		set(&data)
+	}
 	// label names a label's value, or "(none)" when the row has it empty or not at all, so a
 	// text never has a hole where a label would be (a request without an app, say).
 	label := template.FuncMap{"label": func(name string) string {
@@ -195,6 +249,12 @@ func (d *Definition) render(name, text string, s Sample) (string, error) {
 			return v
 		}
 		return "(none)"
+	}, "detail": func(name string) string {
+		// A detail of the row (the details column), or "(unknown)" when it has none.
+		if v := s.Details[name]; v != "" {
+			return v
+		}
+		return "(unknown)"
 	}}
 	t, err := template.New(name).Option("missingkey=zero").Funcs(textFuncs).Funcs(label).Parse(text)
 	if err != nil {

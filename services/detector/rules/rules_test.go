@@ -102,8 +102,8 @@ func TestBuiltinRulesRunOnEmptyTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(defs) != 10 {
-		t.Fatalf("built-in rules: %d, want 10", len(defs))
+	if len(defs) != 14 {
+		t.Fatalf("built-in rules: %d, want 14", len(defs))
 	}
 	conn, _ := testenv.ClickHouse(t)
 	ctx := context.Background()

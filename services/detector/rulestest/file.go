@@ -18,7 +18,9 @@
 //	        at: -4m                      # time of the first row, relative to time 0 (negative: before)
 //	        every: 10s                   # between rows (default: all at `at`)
 //	        count: 3                     # rows (default 1)
-//	        times: {finished_ts: 2s}     # a time column's offset from the row's time
+//	        times: {finished_ts: 2s}     # a time column's offset from the row's time; for an
+//	                                     # Array(DateTime…) column a list, one offset per element
+//	        fixed_times: {arrival_ts: -20m}  # as times, but from time 0: the same for every row
 //	        row: {model: m, status_code: 503, e2e_s: 2}
 //	    alerts:
 //	      - at: 0s                       # an evaluation time: a multiple of the rule's interval
@@ -46,7 +48,9 @@
 // last expectation for it, as the detector's evaluation group does, with the state carried from
 // one evaluation to the next. An expectation lists the rule's alerts at that time exactly: alerts
 // pending, firing, or resolved within the last 15 minutes (the engine keeps a resolved alert that
-// long, and Alertmanager is sent it that long), with every label except alertname.
+// long, and Alertmanager is sent it that long), with every label except alertname; a scope label
+// (model, app, engine, gateway) left out of an expectation is expected to be "all", the value the
+// detector gives it when the rule's row does not name one.
 package rulestest
 
 import (
@@ -91,13 +95,38 @@ type Case struct {
 
 // Input is one or more rows of a table, count rows every `every` from `at`.
 type Input struct {
-	Table string                    `yaml:"table"`
-	At    rules.Duration            `yaml:"at"`
-	Every rules.Duration            `yaml:"every"`
-	Count int                       `yaml:"count"`
-	Times map[string]rules.Duration `yaml:"times"`
-	Row   map[string]any            `yaml:"row"`
-	Line  int                       `yaml:"-"`
+	Table string             `yaml:"table"`
+	At    rules.Duration     `yaml:"at"`
+	Every rules.Duration     `yaml:"every"`
+	Count int                `yaml:"count"`
+	Times map[string]Offsets `yaml:"times"`
+	// FixedTimes are like Times but offsets from time 0, the same in every row (a heartbeat's
+	// open requests keep their arrival from one heartbeat to the next).
+	FixedTimes map[string]Offsets `yaml:"fixed_times"`
+	Row        map[string]any     `yaml:"row"`
+	Line       int                `yaml:"-"`
+}
+
+// Offsets are a time column's offsets from its row's time: one for a DateTime column, one per
+// element for an Array(DateTime…) column. YAML gives a duration or a list of them.
+type Offsets []rules.Duration
+
+// UnmarshalYAML reads a duration ("2s") or a list of them ([-20m, -19m]).
+func (o *Offsets) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.SequenceNode {
+		var list []rules.Duration
+		if err := n.Decode(&list); err != nil {
+			return err
+		}
+		*o = list
+		return nil
+	}
+	var d rules.Duration
+	if err := n.Decode(&d); err != nil {
+		return err
+	}
+	*o = Offsets{d}
+	return nil
 }
 
 // Expect is the alerts a rule holds at one evaluation time.
@@ -112,7 +141,8 @@ type Expect struct {
 type Alert struct {
 	// State is pending, firing or resolved.
 	State string `yaml:"state"`
-	// Labels are every label of the alert except alertname (the rule's labels and severity too).
+	// Labels are every label of the alert except alertname (the rule's labels and severity too);
+	// a scope label left out is expected to be "all".
 	Labels map[string]string `yaml:"labels"`
 	// Annotations, when given, are compared key by key; keys not given are not compared.
 	Annotations map[string]string `yaml:"annotations"`
@@ -133,7 +163,7 @@ func (c *Case) UnmarshalYAML(n *yaml.Node) error {
 
 // UnmarshalYAML keeps the input's line for messages.
 func (in *Input) UnmarshalYAML(n *yaml.Node) error {
-	if err := knownKeys(n, "table", "at", "every", "count", "times", "row"); err != nil {
+	if err := knownKeys(n, "table", "at", "every", "count", "times", "fixed_times", "row"); err != nil {
 		return err
 	}
 	type plain Input

@@ -23,6 +23,9 @@ func (c column) isTime() bool {
 	return strings.HasPrefix(c.typ, "DateTime") || strings.HasPrefix(c.typ, "Nullable(DateTime")
 }
 
+// isTimeArray: an Array(DateTime…) column, whose times offsets are a list.
+func (c column) isTimeArray() bool { return strings.HasPrefix(c.typ, "Array(DateTime") }
+
 // loader inserts a case's inputs into its database.
 type loader struct {
 	conn    driver.Conn
@@ -75,13 +78,32 @@ func (l *loader) insert(ctx context.Context, j int, in Input, t0 time.Time) erro
 			return fmt.Errorf("table %s has no column %s", in.Table, k)
 		}
 	}
-	for k := range in.Times {
-		c, ok := byName[k]
-		if !ok || !c.isTime() {
-			return fmt.Errorf("times: table %s has no time column %s", in.Table, k)
-		}
-		if _, set := in.Row[k]; set {
-			return fmt.Errorf("times: column %s is also set in row", k)
+	// offsets holds every time column's offsets and whether they count from time 0.
+	type offsets struct {
+		offs  Offsets
+		fixed bool
+	}
+	timed := map[string]offsets{}
+	for _, src := range []struct {
+		key   string
+		m     map[string]Offsets
+		fixed bool
+	}{{"times", in.Times, false}, {"fixed_times", in.FixedTimes, true}} {
+		for k, offs := range src.m {
+			c, ok := byName[k]
+			if !ok || !(c.isTime() || c.isTimeArray()) {
+				return fmt.Errorf("%s: table %s has no time column %s", src.key, in.Table, k)
+			}
+			if c.isTime() && len(offs) != 1 {
+				return fmt.Errorf("%s: %s is one time: give one offset, not %d", src.key, k, len(offs))
+			}
+			if _, set := in.Row[k]; set {
+				return fmt.Errorf("%s: column %s is also set in row", src.key, k)
+			}
+			if _, twice := timed[k]; twice {
+				return fmt.Errorf("%s: column %s is in times and fixed_times", src.key, k)
+			}
+			timed[k] = offsets{offs, src.fixed}
 		}
 	}
 	// The columns written: the row's, the time columns without a default of their own, and the
@@ -89,7 +111,7 @@ func (l *loader) insert(ctx context.Context, j int, in Input, t0 time.Time) erro
 	var names []string
 	for _, c := range cols {
 		_, set := in.Row[c.name]
-		_, offset := in.Times[c.name]
+		_, offset := timed[c.name]
 		idCol := (c.name == "event_id" || c.name == "request_id") && !c.hasDefault
 		if set || offset || (c.isTime() && !c.hasDefault) || idCol {
 			names = append(names, c.name)
@@ -127,9 +149,23 @@ func (l *loader) insert(ctx context.Context, j int, in Input, t0 time.Time) erro
 				continue
 			}
 			c := byName[n]
+			base := at
+			if timed[n].fixed {
+				base = t0
+			}
 			switch {
+			case c.isTimeArray():
+				ts := []string{}
+				for _, d := range timed[n].offs {
+					ts = append(ts, timeText(c.typ, base.Add(d.D())))
+				}
+				row[n] = ts
 			case c.isTime():
-				row[n] = timeText(c.typ, at.Add(in.Times[n].D()))
+				off := time.Duration(0)
+				if o := timed[n].offs; len(o) == 1 {
+					off = o[0].D()
+				}
+				row[n] = timeText(c.typ, base.Add(off))
 			case n == "event_id" || n == "request_id":
 				row[n] = fmt.Sprintf("input%d-row%d", j, i)
 			}

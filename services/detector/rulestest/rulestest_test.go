@@ -163,8 +163,10 @@ func TestWrongSLOExpectationFails(t *testing.T) {
 	}
 	for _, want := range []string{
 		"rule slo_streams_page at 0s",
-		"expected, not there:\n    firing {objective=\"ttft\", severity=\"critical\", slo=\"streams\"}",
-		"there, not expected:\n    firing {objective=\"availability\", severity=\"critical\", slo=\"streams\"}",
+		// The SLO's alerts are about no one engine or gateway, and the built-in SLO selects no model
+		// or app: the label contract's "all" for each.
+		"expected, not there:\n    firing {app=\"all\", engine=\"all\", gateway=\"all\", model=\"all\", objective=\"ttft\", severity=\"critical\", slo=\"streams\"}",
+		"there, not expected:\n    firing {app=\"all\", engine=\"all\", gateway=\"all\", model=\"all\", objective=\"availability\", severity=\"critical\", slo=\"streams\"}",
 	} {
 		if !strings.Contains(res.Failures[0], want) {
 			t.Errorf("failure message lacks %q:\n%s", want, res.Failures[0])
@@ -205,8 +207,8 @@ func TestWrongExpectationFailsWithADiff(t *testing.T) {
 	for _, want := range []string{
 		"wrong.yaml:" + strconv.Itoa(line) + ": test \"two 5xx fire at once",
 		"rule server_errors at 4m30s",
-		"expected, not there:\n    firing {class=\"5xx\", model=\"other\", severity=\"critical\"}",
-		"there, not expected:\n    resolved {class=\"5xx\", model=\"m\", severity=\"critical\"}",
+		"expected, not there:\n    firing {app=\"all\", class=\"5xx\", engine=\"all\", gateway=\"all\", model=\"other\", severity=\"critical\"}",
+		"there, not expected:\n    resolved {app=\"all\", class=\"5xx\", engine=\"all\", gateway=\"all\", model=\"m\", severity=\"critical\"}",
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("failure message lacks %q:\n%s", want, msg)
@@ -262,7 +264,8 @@ tests:
 	}
 	// At 1m the window (0s, 1m] holds no slow answer: the alert resolved at 20s, so the
 	// expectation fails twice over (state and annotation are not those of a firing alert).
-	if len(res.Failures) != 1 || !strings.Contains(res.Failures[0], "expected, not there:\n    firing {model=\"m\", severity=\"page\", team=\"serving\"}") {
+	if len(res.Failures) != 1 || !strings.Contains(res.Failures[0],
+		"expected, not there:\n    firing {app=\"all\", engine=\"all\", gateway=\"all\", model=\"m\", severity=\"page\", team=\"serving\"}") {
 		t.Fatalf("failures %q", res.Failures)
 	}
 

@@ -239,7 +239,7 @@ func compare(want []Alert, got []*alerting.Alert) string {
 	used := make([]bool, len(have))
 	var missing, wrong []string
 	for _, w := range want {
-		wl := labelText(w.Labels)
+		wl := labelText(withScope(w.Labels))
 		found := false
 		for i, h := range have {
 			if used[i] || h.labels != wl || h.state != w.State {
@@ -284,6 +284,21 @@ func compare(want []Alert, got []*alerting.Alert) string {
 	}
 	section("the rule's alerts", all)
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// withScope returns labels with every scope label it leaves out set to "all", as the detector
+// sets it on an alert whose row does not name one (rules.ScopeLabels).
+func withScope(labels map[string]string) map[string]string {
+	out := maps.Clone(labels)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for _, k := range rules.ScopeLabels {
+		if _, ok := out[k]; !ok {
+			out[k] = rules.ScopeAll
+		}
+	}
+	return out
 }
 
 // labelText writes labels as Prometheus does, {a="1", b="2"} sorted, without alertname.

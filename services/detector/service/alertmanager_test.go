@@ -195,7 +195,7 @@ func TestAlertmanagerRoutesSilencesAndResolves(t *testing.T) {
 
 	cfg := testConfig(ch)
 	cfg.AlertmanagerURLs, cfg.AlertmanagerTimeout = []string{am.URL()}, 10*time.Second
-	cfg.ExternalURL = "http://console.example:9104"
+	cfg.ConsoleURL = "http://console.example:9104"
 	d := newDetector(t, cfg, conn, "server_errors")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -219,8 +219,16 @@ func TestAlertmanagerRoutesSilencesAndResolves(t *testing.T) {
 	if a.Annotations["summary"] == "" || a.Annotations["description"] == "" {
 		t.Errorf("annotations %v: want summary and description", a.Annotations)
 	}
-	if a.GeneratorURL != cfg.ExternalURL+"/rules#server_errors" {
-		t.Errorf("generatorURL %q", a.GeneratorURL)
+	if want := cfg.ConsoleURL + "/alerts?from=" + url.QueryEscape(at.Add(-15*time.Minute).Format(time.RFC3339)) + "&rule=server_errors"; a.GeneratorURL != want {
+		t.Errorf("generatorURL %q, want %q", a.GeneratorURL, want)
+	}
+	if a.Annotations["runbook_url"] != cfg.ConsoleURL+"/runbooks/server_errors" {
+		t.Errorf("runbook_url %q", a.Annotations["runbook_url"])
+	}
+	for _, k := range []string{"model", "app", "engine", "gateway"} {
+		if a.Labels[k] == "" {
+			t.Errorf("label %s missing from %v: the label contract wants every scope label", k, a.Labels)
+		}
 	}
 	if !a.StartsAt.Equal(at) {
 		t.Errorf("startsAt %s, want the evaluation that fired it, %s", a.StartsAt, at)
@@ -293,16 +301,34 @@ func TestToAlertmanager(t *testing.T) {
 		Labels:      map[string]string{"alertname": "server_errors", "severity": "critical"},
 		Annotations: map[string]string{"summary": "s", "runbook_url": "https://runbooks.example/server_errors"},
 		ActiveAt:    fired.Add(-time.Minute), FiredAt: fired}
-	p := service.ToAlertmanager(a, "http://console:9104", now, 2*time.Minute)
+	defs, err := service.LoadRules("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := service.NewLinks("http://console:9104/", defs)
+	p := service.ToAlertmanager(a, links, now, 2*time.Minute)
 	if !p.StartsAt.Equal(fired) || !p.EndsAt.Equal(now.Add(2*time.Minute)) ||
-		p.GeneratorURL != "http://console:9104/rules#server_errors" || p.Fingerprint != "f" ||
-		p.Annotations["runbook_url"] == "" || p.Labels["severity"] != "critical" {
+		p.GeneratorURL != "http://console:9104/alerts?from=2026-11-30T08%3A44%3A00Z&rule=server_errors" || p.Fingerprint != "f" ||
+		p.Annotations["runbook_url"] != "https://runbooks.example/server_errors" || p.Labels["severity"] != "critical" {
 		t.Fatalf("firing: %+v", p)
 	}
 	a.State, a.ResolvedAt = alerting.StateInactive, fired.Add(10*time.Minute)
-	p = service.ToAlertmanager(a, "", now, 2*time.Minute)
+	p = service.ToAlertmanager(a, service.Links{}, now, 2*time.Minute)
 	if !p.StartsAt.Equal(fired) || !p.EndsAt.Equal(a.ResolvedAt) || p.GeneratorURL != "" {
 		t.Fatalf("resolved: %+v", p)
+	}
+	// Resolved, the page runs to the resolution plus the lead; a rule's runbook and a request's
+	// page are the console's.
+	delete(a.Annotations, "runbook_url")
+	a.Annotations["request_id"] = "req/1 x"
+	p = service.ToAlertmanager(a, links, now, 2*time.Minute)
+	if p.GeneratorURL != "http://console:9104/alerts?from=2026-11-30T08%3A44%3A00Z&rule=server_errors&to=2026-11-30T09%3A25%3A00Z" ||
+		p.Annotations["runbook_url"] != "http://console:9104/runbooks/server_errors" ||
+		p.Annotations["request_url"] != "http://console:9104/request/req%2F1%20x" {
+		t.Fatalf("resolved with links: %+v", p)
+	}
+	if _, ok := a.Annotations["request_url"]; ok {
+		t.Errorf("the alert's own annotations were changed: %v", a.Annotations)
 	}
 }
 

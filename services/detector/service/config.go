@@ -6,6 +6,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -64,9 +65,13 @@ type Config struct {
 	// more. 0 turns it off. servescope_detector_diagnose_hours_computed_total and
 	// servescope_detector_diagnose_warm_failures_total count its work.
 	DiagnoseWarmInterval time.Duration `env:"DETECTOR_DIAGNOSE_WARM_INTERVAL" envDefault:"5m"`
-	// ExternalURL is where the detector is reachable, sent as the webhook messages' externalURL
-	// and as the base of the alerts' generatorURL (ExternalURL/rules#<rule>).
+	// ExternalURL is where the detector is reachable, sent as the webhook messages' externalURL.
 	ExternalURL string `env:"DETECTOR_EXTERNAL_URL"`
+	// ConsoleURL is the console's base URL as the people who get the alerts reach it
+	// (https://servescope.example.com): the alerts' generatorURL (the console's alerts page at
+	// the rule and the moment), runbook_url (its runbook page) and request_url (a request's
+	// page) point there. Empty: alerts carry no links (see Links).
+	ConsoleURL string `env:"DETECTOR_CONSOLE_URL"`
 	// Lease makes this detector one of several with the same settings of which one at a time
 	// works: the holder of the lease DETECTOR_LEASE_KEY in the bucket the setup step made on NATS
 	// (SERVESCOPE_NATS_*, SERVESCOPE_SUBJECT_PREFIX) evaluates, keeps the alerts table and sends;
@@ -107,6 +112,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Lease && !leaseKeyRE.MatchString(c.LeaseKey) {
 		errs = append(errs, fmt.Errorf("DETECTOR_LEASE_KEY: %q must be letters, digits, '-', '_', '=' or '.' (a NATS key)", c.LeaseKey))
+	}
+	if c.ConsoleURL != "" {
+		if u, err := url.Parse(c.ConsoleURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" {
+			errs = append(errs, fmt.Errorf("DETECTOR_CONSOLE_URL: %q is not an http(s) base URL", c.ConsoleURL))
+		}
 	}
 	if c.AlertmanagerTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("DETECTOR_ALERTMANAGER_TIMEOUT: must be positive, got %s", c.AlertmanagerTimeout))

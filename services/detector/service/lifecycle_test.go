@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -148,6 +149,7 @@ func TestWebhookLifecycleAcrossRestartsAndOutage(t *testing.T) {
 	recv := startReceiver(t, secret)
 	cfg := testConfig(ch)
 	cfg.WebhookURLs, cfg.WebhookSecret, cfg.ExternalURL = []string{recv.URL()}, string(secret), "http://detector.test"
+	cfg.ConsoleURL = "http://console.test"
 
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
@@ -180,7 +182,7 @@ func TestWebhookLifecycleAcrossRestartsAndOutage(t *testing.T) {
 	a := m.Alerts[0]
 	if a.Status != "firing" || a.Labels["class"] != "5xx" || a.Labels["severity"] != "critical" ||
 		!a.StartsAt.Equal(at) || !a.EndsAt.IsZero() || a.Fingerprint == "" || a.Annotations["summary"] == "" ||
-		a.GeneratorURL != "http://detector.test/rules#server_errors" {
+		!strings.HasPrefix(a.GeneratorURL, "http://console.test/alerts?") || !strings.Contains(a.GeneratorURL, "rule=server_errors") {
 		t.Fatalf("firing alert: %+v", a)
 	}
 	waitRows(ctx, t, conn, "SELECT count() FROM alert_deliveries WHERE ok", 1)

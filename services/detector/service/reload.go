@@ -146,6 +146,12 @@ func (d *Detector) installLocked(rs []*alerting.Rule, gs []*alerting.Group) []*a
 		}
 	}
 	d.rules, d.groups = rs, gs
+	// The links know the new rules, and the removed ones whose resolutions are still to be sent.
+	var defs []*rules.Definition
+	for _, r := range append(append([]*alerting.Rule{}, rs...), removed...) {
+		defs = append(defs, r.Definition())
+	}
+	d.links = NewLinks(d.cfg.ConsoleURL, defs)
 	d.log.Info("rules installed", "rules", len(rs), "state_kept", kept, "groups", len(gs), "removed", len(removed))
 	return removed
 }

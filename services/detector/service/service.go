@@ -115,6 +115,8 @@ type Detector struct {
 	reg           *prometheus.Registry
 	warm          *warmer
 	log           *slog.Logger
+	// links makes the alerts' URLs to the console; a reload replaces it (under mu).
+	links Links
 }
 
 // New builds the detector's rules and groups on conn. reg receives the detector's metrics.
@@ -149,7 +151,15 @@ func New(cfg Config, conn driver.Conn, defs []*rules.Definition, reg *prometheus
 	if d.rules, d.groups, err = d.build(defs); err != nil {
 		return nil, err
 	}
+	d.links = NewLinks(cfg.ConsoleURL, defs)
 	return d, nil
+}
+
+// Links returns the URLs the alerts carry to the console.
+func (d *Detector) Links() Links {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.links
 }
 
 // build makes the rules of defs and their evaluation groups, one per distinct interval.
@@ -309,10 +319,11 @@ func (d *Detector) redeliver(ctx context.Context, alerts []*alerting.Alert, now 
 		return 0, err
 	}
 	queued := 0
+	links := d.Links()
 	for _, recv := range receivers {
 		var out []notify.Alert
 		for _, a := range due {
-			w := ToWebhook(a, d.cfg.ExternalURL)
+			w := ToWebhook(a, links, now)
 			if !accepted[notify.KeyOf(recv, w)] {
 				out = append(out, w)
 			}
@@ -348,8 +359,9 @@ func (d *Detector) Run(ctx context.Context) {
 
 func (d *Detector) notify(_ context.Context, _ time.Time, alerts []*alerting.Alert) {
 	out := make([]notify.Alert, 0, len(alerts))
+	links, now := d.Links(), time.Now()
 	for _, a := range alerts {
-		out = append(out, ToWebhook(a, d.cfg.ExternalURL))
+		out = append(out, ToWebhook(a, links, now))
 	}
 	d.notifier.Send(out...)
 }
@@ -359,9 +371,10 @@ func (d *Detector) notify(_ context.Context, _ time.Time, alerts []*alerting.Ale
 // behind it, and further in a replay), because Alertmanager compares it with its own clock.
 func (d *Detector) sendAlertmanagers(_ context.Context, _ time.Time, alerts []*alerting.Alert) {
 	now := time.Now()
+	links := d.Links()
 	out := make([]notify.PostableAlert, 0, len(alerts))
 	for _, a := range alerts {
-		out = append(out, ToAlertmanager(a, d.cfg.ExternalURL, now, d.alertValidity(a)))
+		out = append(out, ToAlertmanager(a, links, now, d.alertValidity(a)))
 	}
 	d.alertmanagers.Send(out...)
 }
@@ -387,28 +400,24 @@ func (d *Detector) alertValidity(a *alerting.Alert) time.Duration {
 
 // ToAlertmanager converts an alert to the form Alertmanager's /api/v2/alerts takes, as sent at
 // now: startsAt is when the alert fired (after its hold, as Prometheus sends it); a firing alert's
-// endsAt is now + validFor, a resolved one's the evaluation that resolved it.
-func ToAlertmanager(a *alerting.Alert, externalURL string, now time.Time, validFor time.Duration) notify.PostableAlert {
-	p := notify.PostableAlert{Labels: a.Labels, Annotations: a.Annotations, StartsAt: a.FiredAt.UTC(),
-		EndsAt: now.Add(validFor).UTC(), Fingerprint: a.Fingerprint, Status: "firing"}
+// endsAt is now + validFor, a resolved one's the evaluation that resolved it. links gives its
+// generatorURL and the console's annotations.
+func ToAlertmanager(a *alerting.Alert, links Links, now time.Time, validFor time.Duration) notify.PostableAlert {
+	p := notify.PostableAlert{Labels: a.Labels, Annotations: links.Annotations(a), StartsAt: a.FiredAt.UTC(),
+		EndsAt: now.Add(validFor).UTC(), Fingerprint: a.Fingerprint, Status: "firing", GeneratorURL: links.GeneratorURL(a, now)}
 	if a.Resolved() {
 		p.EndsAt, p.Status = a.ResolvedAt.UTC(), "resolved"
-	}
-	if externalURL != "" {
-		p.GeneratorURL = externalURL + "/rules#" + a.Rule
 	}
 	return p
 }
 
-// ToWebhook converts an alert to its webhook form.
-func ToWebhook(a *alerting.Alert, externalURL string) notify.Alert {
-	w := notify.Alert{Status: "firing", Labels: a.Labels, Annotations: a.Annotations, StartsAt: a.ActiveAt.UTC(),
-		Fingerprint: a.Fingerprint}
+// ToWebhook converts an alert to its webhook form, as sent at now; links gives its generatorURL
+// and the console's annotations.
+func ToWebhook(a *alerting.Alert, links Links, now time.Time) notify.Alert {
+	w := notify.Alert{Status: "firing", Labels: a.Labels, Annotations: links.Annotations(a), StartsAt: a.ActiveAt.UTC(),
+		Fingerprint: a.Fingerprint, GeneratorURL: links.GeneratorURL(a, now)}
 	if a.Resolved() {
 		w.Status, w.EndsAt = "resolved", a.ResolvedAt.UTC()
-	}
-	if externalURL != "" {
-		w.GeneratorURL = externalURL + "/rules#" + a.Rule
 	}
 	return w
 }

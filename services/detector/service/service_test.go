@@ -44,8 +44,8 @@ func TestLoadRulesFromUserDirectory(t *testing.T) {
 	for i, d := range defs {
 		byName[d.Name] = i
 	}
-	if len(defs) != 11 {
-		t.Fatalf("%d rules, want 10 built-in + 1", len(defs))
+	if len(defs) != 15 {
+		t.Fatalf("%d rules, want 14 built-in + 1", len(defs))
 	}
 	if d := defs[byName["slot_limit"]]; d.Params["max_num_seqs"] != 128 {
 		t.Fatalf("slot_limit not replaced: %+v", d.Params)

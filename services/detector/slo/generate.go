@@ -83,12 +83,28 @@ func (d *Definition) RuleFile(kind string) (text []byte, ok bool, err error) {
 		Params:     params,
 		Summary: `SLO {{label "slo"}}: the {{label "objective"}} error budget burns {{f .Value}}× as fast as the ` +
 			d.Period.String() + ` period allows (` + kind + ` above {{f .Threshold}}× over both windows of a pair)`,
-		Description: strings.TrimSpace(fmt.Sprintf(
-			"Generated from SLO %s (%s). Objectives: %s. The %s rule fires when the share of judged requests that miss an "+
-				"objective, divided by its error budget (1 − target), exceeds the factor over both windows of a pair, with at "+
-				"least %d bad requests in the short one: %s. Requests are judged as docs/slo.md defines; the error-budget "+
-				"panel shows the budget left.", d.Name, d.Source, objectivesText(d.Objectives), kind, d.Alerts.MinBadRequests(),
-			strings.Join(pairs, "; "))),
+		// The runbook is the alerts' description (its action) and the console's page that their
+		// runbook_url opens, as for a built-in rule (rules.Runbook).
+		Runbook: &rules.Runbook{
+			Fired: strings.TrimSpace(fmt.Sprintf(
+				"Generated from SLO %s (%s). Objectives: %s. The %s rule fires when the share of judged requests that miss an "+
+					"objective, divided by its error budget (1 − target), exceeds the factor over both windows of a pair, with at "+
+					"least %d bad requests in the short one: %s. Requests are judged as docs/slo.md defines.",
+				d.Name, d.Source, objectivesText(d.Objectives), kind, d.Alerts.MinBadRequests(), strings.Join(pairs, "; "))),
+			Confirm: "Open the console's service-levels row: the error-budget panel draws the budget left of each " +
+				"objective of SLO " + d.Name + " and its burn rate against the page factor, the goodput panel the good " +
+				"requests a second. The query gives each objective's budget left over the period, its judged and bad " +
+				"requests and its burn rate over the last hour (servescope slo status prints the same).",
+			Query: fmt.Sprintf("SELECT objective, target, judged, bad, round(budget_left, 3) AS budget_left,\n"+
+				"       judged_1h, bad_1h, round(burn_rate_1h, 2) AS burn_rate_1h, round(exhausted_in_s / 3600, 1) AS exhausted_in_h\n"+
+				"FROM slo_error_budget(from = now64(6, 'UTC') - INTERVAL %d SECOND, to = now64(6, 'UTC'))\n"+
+				"WHERE slo = '%s'\nORDER BY objective\n", int64(d.Period.D()/time.Second), d.Name),
+			Action: "Find the objective that burns (the objective label) and the symptom behind it: availability is the " +
+				"server_errors rule's 5xx, ttft a queue or longer prompts (overload_queue, latency_p95), tpot contention in " +
+				"decoding, e2e longer answers or a slow engine; fix that cause, then watch the burn rate fall under the factor.",
+			Avoid: "Do not loosen the SLO's targets or thresholds to silence it while it burns: the budget measures what " +
+				"users got. Do not read a ticket alert as a page: it spends the budget over days, not hours.",
+		},
 		Query: burnQuery(len(windows), d.Objectives.List()),
 	}
 	var b bytes.Buffer
@@ -103,17 +119,17 @@ func (d *Definition) RuleFile(kind string) (text []byte, ok bool, err error) {
 
 // ruleFile is a rule file as services/detector/rules reads it, in its key order.
 type ruleFile struct {
-	Name        string            `yaml:"name"`
-	Severity    string            `yaml:"severity"`
-	Interval    string            `yaml:"interval,omitempty"`
-	Window      string            `yaml:"window"`
-	For         string            `yaml:"for"`
-	Labels      map[string]string `yaml:"labels,omitempty"`
-	RunbookURL  string            `yaml:"runbook_url,omitempty"`
-	Params      map[string]any    `yaml:"params"`
-	Summary     string            `yaml:"summary"`
-	Description string            `yaml:"description"`
-	Query       string            `yaml:"query"`
+	Name       string            `yaml:"name"`
+	Severity   string            `yaml:"severity"`
+	Interval   string            `yaml:"interval,omitempty"`
+	Window     string            `yaml:"window"`
+	For        string            `yaml:"for"`
+	Labels     map[string]string `yaml:"labels,omitempty"`
+	RunbookURL string            `yaml:"runbook_url,omitempty"`
+	Params     map[string]any    `yaml:"params"`
+	Summary    string            `yaml:"summary"`
+	Runbook    *rules.Runbook    `yaml:"runbook"`
+	Query      string            `yaml:"query"`
 }
 
 func durationText(d time.Duration) string {

@@ -209,3 +209,54 @@ func val(p *float64) any {
 	}
 	return *p
 }
+
+// The burn-rate rules of an SLO carry a runbook (their alerts' description and runbook_url page,
+// as a built-in rule's), and its confirming query runs as written on the schema and reads the
+// SLO's objectives: the one query an on-call engineer pastes must not fail.
+func TestRuleRunbookQueryRuns(t *testing.T) {
+	t.Parallel()
+	conn, ch := testenv.ClickHouse(t)
+	ctx := context.Background()
+	d, err := slo.Parse("streams.yaml", []byte("name: streams\nselector: {model: m}\nobjectives:\n  ttft: {under: 1s, target: 99%}\n"+
+		"  availability: {target: 99.5%}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := slo.Sync(ctx, ch, conn, []*slo.Definition{d}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := d.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 {
+		t.Fatalf("%d rules, want page and ticket", len(rs))
+	}
+	for _, r := range rs {
+		if r.Runbook == nil {
+			t.Fatalf("rule %s has no runbook", r.Name)
+		}
+		rows, err := conn.Query(ctx, r.Runbook.Query)
+		if err != nil {
+			t.Fatalf("%s's runbook query: %v", r.Name, err)
+		}
+		var objectives []string
+		for rows.Next() {
+			var (
+				objective           string
+				target              float64
+				judged, bad, j1, b1 uint64
+				left, burn, exhaust *float64
+			)
+			if err := rows.Scan(&objective, &target, &judged, &bad, &left, &j1, &b1, &burn, &exhaust); err != nil {
+				t.Fatalf("%s's runbook query: %v", r.Name, err)
+			}
+			objectives = append(objectives, fmt.Sprintf("%s %.3f %d", objective, target, judged))
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("%s's runbook query: %v", r.Name, err)
+		}
+		rows.Close()
+		t.Logf("%s's runbook query: %v", r.Name, objectives)
+	}
+}

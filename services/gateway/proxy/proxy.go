@@ -106,6 +106,9 @@ type Handler struct {
 	events    chan schema.Event
 	closeOnce sync.Once
 	recorded  sync.WaitGroup
+
+	// open holds the recorded requests in flight, for the gateway's heartbeat (Open).
+	open openSet
 }
 
 // recordQueue bounds the records waiting for the recording goroutine; when it is full, the
@@ -221,6 +224,14 @@ const (
 	phaseAnswered
 )
 
+// advance moves the exchange to phase p, for the heartbeat too.
+func (x *exchange) advance(p phase) {
+	x.phase = p
+	if x.open != nil {
+		x.open.phase.Store(uint32(p))
+	}
+}
+
 // failure says why a request failed.
 type failure struct {
 	layer, code, msg string
@@ -239,6 +250,11 @@ type exchange struct {
 	ep      record.Endpoint // "" for a request that is not recorded
 	up      *upstream
 	phase   phase
+	// open is the request's entry among the open requests, from request.started to
+	// request.finished (nil for a request that is not recorded); it points at entry, which
+	// lives in the exchange to cost no allocation of its own.
+	open  *openEntry
+	entry openEntry
 
 	req        record.Request
 	body       []byte // the buffered body of a recorded request, as sent to the engine
@@ -378,7 +394,7 @@ func (x *exchange) forward() {
 		out.Header.Set("X-Forwarded-For", ip)
 	}
 
-	x.phase = phaseUpstream
+	x.advance(phaseUpstream)
 	sent := time.Now()
 	resp, err := x.h.opt.Transport.RoundTrip(out)
 	if err != nil {
@@ -408,7 +424,7 @@ func (x *exchange) forward() {
 	}
 	x.status = resp.StatusCode
 	x.w.WriteHeader(resp.StatusCode)
-	x.phase = phaseResponding
+	x.advance(phaseResponding)
 
 	switch {
 	case x.ep == "" || encoded:
@@ -467,7 +483,7 @@ func (x *exchange) copyStream(src io.Reader) {
 				return
 			}
 			if x.obs.Terminal {
-				x.phase = phaseAnswered
+				x.advance(phaseAnswered)
 			}
 		}
 		if rerr != nil {
@@ -502,7 +518,7 @@ func (x *exchange) copyBody(src io.Reader) {
 				return
 			}
 			x.obs.BodyEnd()
-			x.phase = phaseAnswered
+			x.advance(phaseAnswered)
 			return
 		}
 	}
@@ -531,7 +547,7 @@ func (x *exchange) copyPlain(src io.Reader, flush bool) {
 				x.readFailed(rerr)
 				return
 			}
-			x.phase = phaseAnswered
+			x.advance(phaseAnswered)
 			return
 		}
 	}
@@ -606,7 +622,7 @@ func (x *exchange) failWith(status int, layer, code, msg string) {
 	}
 	x.h.log.Warn("request failed", "request_id", x.rid, "status", status, "error_layer", layer, "error_code", code, "error", msg)
 	writeError(x.w, status, code, msg)
-	x.phase = phaseAnswered
+	x.advance(phaseAnswered)
 }
 
 // errorResponse is vLLM's ErrorResponse (0.10.2 and later): {"error": {...}}.
@@ -648,6 +664,9 @@ func (x *exchange) finish() {
 		// Never written to the engine (or written and still recording): request.started first.
 		x.observed.Do(x.observeRequest)
 		x.publish(x.finished())
+		if x.open != nil {
+			x.h.open.remove(x.open)
+		}
 	}
 }
 
@@ -662,6 +681,11 @@ func (x *exchange) publishStarted() {
 	e.TraceID = x.trace.id
 	e.Gateway = limit(x.h.opt.Gateway, schema.MaxLabelBytes)
 	x.publish(e)
+	x.entry.req = schema.OpenRequest{RequestID: e.RequestID, ArrivalTS: e.ArrivalTS, Model: e.Model,
+		Endpoint: e.Endpoint, Stream: e.Stream, Upstream: limit(x.up.name, schema.MaxURLBytes), App: e.App}
+	x.entry.phase.Store(uint32(x.phase))
+	x.open = &x.entry
+	x.h.open.add(x.open)
 }
 
 func (x *exchange) publish(e schema.Event) {

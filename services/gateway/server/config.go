@@ -76,6 +76,13 @@ type Config struct {
 
 	// GatewayName names this instance in records; default the host name.
 	GatewayName string `env:"GATEWAY_NAME"`
+	// HeartbeatInterval is how often the gateway publishes gateway.heartbeat, its open requests
+	// (0: never). The requests_hung rule takes a gateway silent for three intervals as gone, with
+	// its requests.
+	HeartbeatInterval time.Duration `env:"GATEWAY_HEARTBEAT_INTERVAL" envDefault:"15s"`
+	// HeartbeatListAfter is the age from which an open request is listed by id in a heartbeat
+	// (younger ones are only counted); keep it under the requests_hung rule's timeout_s.
+	HeartbeatListAfter time.Duration `env:"GATEWAY_HEARTBEAT_LIST_AFTER" envDefault:"30s"`
 
 	// NATS is the shared NATS settings (SERVESCOPE_NATS_*).
 	NATS config.NATS
@@ -105,6 +112,12 @@ func (c *Config) Validate() error {
 	if c.CaptureMaxBytes <= 0 || c.CaptureMaxBytes > schema.MaxContentBytes {
 		return fmt.Errorf("GATEWAY_CAPTURE_MAX_BYTES: %d, must be between 1 and %d", c.CaptureMaxBytes, schema.MaxContentBytes)
 	}
+	if c.HeartbeatInterval < 0 || c.HeartbeatListAfter < 0 {
+		return fmt.Errorf("GATEWAY_HEARTBEAT_INTERVAL and GATEWAY_HEARTBEAT_LIST_AFTER must not be negative")
+	}
+	if c.HeartbeatInterval > 0 && c.HeartbeatInterval < 100*time.Millisecond {
+		return fmt.Errorf("GATEWAY_HEARTBEAT_INTERVAL: %s, want at least 100ms (or 0: off)", c.HeartbeatInterval)
+	}
 	if c.UpstreamDialTimeout <= 0 || c.UpstreamHeaderTimeout <= 0 || c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("GATEWAY_UPSTREAM_DIAL_TIMEOUT, GATEWAY_UPSTREAM_HEADER_TIMEOUT and GATEWAY_SHUTDOWN_TIMEOUT must be positive")
 	}
@@ -112,9 +125,12 @@ func (c *Config) Validate() error {
 }
 
 // publishedKinds are the kinds the gateway publishes: request.started and request.finished,
-// and app.record when the ingest endpoint is on.
+// gateway.heartbeat unless it is off, and app.record when the ingest endpoint is on.
 func (c *Config) publishedKinds() []schema.Kind {
 	kinds := []schema.Kind{schema.KindRequestStarted, schema.KindRequestFinished}
+	if c.HeartbeatInterval > 0 {
+		kinds = append(kinds, schema.KindGatewayHeartbeat)
+	}
 	if c.IngestToken != "" {
 		kinds = append(kinds, schema.KindAppRecord)
 	}

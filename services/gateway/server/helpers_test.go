@@ -43,14 +43,17 @@ func startEngine(t testing.TB, firstToken, perToken time.Duration) (*enginetest.
 }
 
 // startGateway runs a gateway in front of upstream, publishing with natsCfg. env adds or
-// overrides settings. The gateway is shut down (drained, publisher flushed) when the test ends.
+// overrides settings; the heartbeat is off unless env sets GATEWAY_HEARTBEAT_INTERVAL, so that
+// tests counting a gateway's events or spooled events count its request records. The gateway is
+// shut down (drained, publisher flushed) when the test ends.
 func startGateway(t testing.TB, upstream string, natsCfg config.NATS, env map[string]string) (*server.Server, string) {
 	t.Helper()
 	vars := map[string]string{
-		"GATEWAY_LISTEN_ADDR":  "127.0.0.1:0",
-		"GATEWAY_UPSTREAM_URL": upstream,
-		"GATEWAY_SPOOL_DIR":    t.TempDir(),
-		"GATEWAY_NAME":         "gw-test",
+		"GATEWAY_LISTEN_ADDR":        "127.0.0.1:0",
+		"GATEWAY_UPSTREAM_URL":       upstream,
+		"GATEWAY_SPOOL_DIR":          t.TempDir(),
+		"GATEWAY_NAME":               "gw-test",
+		"GATEWAY_HEARTBEAT_INTERVAL": "0",
 	}
 	for k, v := range env {
 		vars[k] = v
@@ -76,8 +79,20 @@ func startGateway(t testing.TB, upstream string, natsCfg config.NATS, env map[st
 	return srv, "http://" + srv.Addr()
 }
 
-// events reads every event on the topology's stream.
+// events reads every request record on the topology's stream: every event but the heartbeats.
 func events(t testing.TB, js jetstream.JetStream, topo bus.Topology) []schema.Event {
+	t.Helper()
+	var out []schema.Event
+	for _, e := range streamEvents(t, js, topo) {
+		if e.Kind() != schema.KindGatewayHeartbeat {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// streamEvents reads every event on the topology's stream.
+func streamEvents(t testing.TB, js jetstream.JetStream, topo bus.Topology) []schema.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/internal/service"
+	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/schema/publish"
 	"github.com/servescope/servescope/services/gateway/ingest"
 	"github.com/servescope/servescope/services/gateway/proxy"
@@ -51,6 +52,10 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	if cfg.GatewayName == "" {
 		cfg.GatewayName, _ = os.Hostname()
+	}
+	if cfg.GatewayName == "" {
+		// Heartbeats need a name to be told apart; a host without one is "gateway".
+		cfg.GatewayName = "gateway"
 	}
 	if cfg.IngestTokenFile != "" {
 		b, err := os.ReadFile(cfg.IngestTokenFile)
@@ -238,13 +243,17 @@ func (s *Server) Publisher() *publish.Publisher { return s.pub }
 //  1. /readyz answers 503 (draining);
 //  2. the listener stops accepting, and in-flight requests (streams included) get up to
 //     ShutdownTimeout to finish;
-//  3. the recorder hands its last events to the publisher;
-//  4. the publisher flushes them to JetStream or the spool (up to ShutdownTimeout);
-//  5. the NATS connection closes.
+//  3. the heartbeat stops, after a last one saying what is still open (normally nothing);
+//  4. the recorder hands its last events to the publisher;
+//  5. the publisher flushes them to JetStream or the spool (up to ShutdownTimeout);
+//  6. the NATS connection closes.
 func (s *Server) Run(ctx context.Context) error {
 	g := service.NewGroup(s.log)
 	g.AddStop("readiness", s.ready.Stopping)
 	g.AddServer("http", s.http, s.ln, s.cfg.ShutdownTimeout)
+	if s.cfg.HeartbeatInterval > 0 {
+		g.AddContext("heartbeat", s.heartbeat)
+	}
 	g.AddStop("recorder", s.proxy.Close)
 	g.AddStop("publisher", func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
@@ -260,6 +269,35 @@ func (s *Server) Run(ctx context.Context) error {
 	s.ready.Started()
 	s.log.Info("gateway listening", "addr", s.Addr(), "upstream", s.cfg.UpstreamURL, "subject_prefix", s.cfg.NATS.SubjectPrefix)
 	return g.Run(ctx)
+}
+
+// heartbeat publishes gateway.heartbeat every HeartbeatInterval until ctx ends, and once more
+// then: the gateway's open requests, so that the detector counts a request that hangs for as
+// long as it hangs and stops counting it when it ends (or when the heartbeats stop, the gateway
+// and its connections gone). Like every record it goes through the publisher, which never blocks
+// and spools while NATS is away.
+func (s *Server) heartbeat(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		s.publishHeartbeat(time.Now())
+		select {
+		case <-ctx.Done():
+			s.publishHeartbeat(time.Now())
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Server) publishHeartbeat(now time.Time) {
+	e := schema.NewGatewayHeartbeat(record.Truncate(s.cfg.GatewayName, schema.MaxLabelBytes), now)
+	e.IntervalSeconds, e.ListedAfterSeconds = s.cfg.HeartbeatInterval.Seconds(), s.cfg.HeartbeatListAfter.Seconds()
+	n, open, omitted := s.proxy.Open(now, s.cfg.HeartbeatListAfter, schema.MaxOpenListed)
+	e.InFlight, e.Open, e.OpenOmitted = uint32(n), open, uint32(omitted)
+	if err := s.pub.Publish(e); err != nil {
+		s.log.Error("heartbeat not published", "error", err)
+	}
 }
 
 func (s *Server) closeBackground() {

@@ -18,7 +18,9 @@
 // recently admitted running sequence is preempted (recompute), as vLLM does.
 //
 // A request ends at max_tokens (finish reason "length") or at its natural end ("stop"), a length
-// derived deterministically from the prompt (and seed), unless ignore_eos is set. Output text is
+// derived deterministically from the prompt (and seed), unless ignore_eos is set: uniform over
+// 32..1,024 tokens, or log-normal around NaturalLenMedian (the answers of a model whose replies
+// have a typical length). Output text is
 // drawn deterministically from the tokenizer's word list; with WrongLanguageShare a share of
 // requests get CJK characters mixed in.
 //
@@ -33,6 +35,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 )
@@ -57,6 +60,11 @@ type Config struct {
 	CrashAtRunning int
 	// WrongLanguageShare is the share of requests (0..1) whose output mixes in CJK characters.
 	WrongLanguageShare float64
+	// NaturalLenMedian, when above 0, makes a request's natural length (where it ends without
+	// ignore_eos) log-normal with this median in tokens and log-space standard deviation
+	// NaturalLenSigma, drawn from the prompt's hash; 0 keeps the uniform 32..1,024 tokens.
+	NaturalLenMedian int
+	NaturalLenSigma  float64
 	// StatsIntervalSeconds is the simulated period of Observer.Stats calls (vLLM logs every 10 s).
 	StatsIntervalSeconds float64
 }
@@ -308,9 +316,21 @@ func (e *Engine) newSeq(req Request, now float64) *Seq {
 		h = (h ^ uint64(id)) * 1099511628211
 	}
 	s.rng = h | 1
-	s.naturalLen = 32 + int(h%993)
+	s.naturalLen = e.cfg.naturalLen(h)
 	s.wrongLang = e.cfg.WrongLanguageShare > 0 && float64((h>>11)%1_000_000)/1e6 < e.cfg.WrongLanguageShare
 	return s
+}
+
+// naturalLen is the natural length of a request whose prompt hashes to h: uniform over 32..1,024
+// tokens, or, with NaturalLenMedian, median × exp(σ·z) with z standard normal (the inverse normal
+// of a uniform draw from h), at least one token.
+func (c Config) naturalLen(h uint64) int {
+	if c.NaturalLenMedian <= 0 {
+		return 32 + int(h%993)
+	}
+	u := (float64(h>>11) + 0.5) / (1 << 53)
+	z := math.Sqrt2 * math.Erfinv(2*u-1)
+	return max(1, int(math.Round(float64(c.NaturalLenMedian)*math.Exp(c.NaturalLenSigma*z))))
 }
 
 // Abort removes a request (client went away); its sequence ends with ErrAborted.
