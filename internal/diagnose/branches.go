@@ -116,6 +116,8 @@ type Branch struct {
 	Resolution time.Duration `json:"resolution_ns,omitempty"`
 	Window     *Window       `json:"window,omitempty"`
 	FromWindow bool          `json:"from_window,omitempty"`
+	// At says it in words (WindowText).
+	At string `json:"at,omitempty"`
 	// Alerts are the alerts of the branch's own signature rules (Bearings) that fired in the
 	// range: any makes the branch a finding.
 	Alerts []Alert `json:"alerts,omitempty"`
@@ -277,6 +279,9 @@ func longPrompt(cur, base *Stats, hasBase bool) Branch {
 	if !up {
 		br.Status = StatusClear
 		br.Conclusion = "input tokens did not rise: prompts are not longer"
+		if !hasBase || base.PromptTokensMean == nil {
+			br.Conclusion = "input tokens are under the absolute floor (no baseline to compare with): prompts are not long"
+		}
 		return br
 	}
 	br.Status = StatusFinding
@@ -322,6 +327,9 @@ func longOutput(cur, base *Stats, hasBase bool) Branch {
 	if !up {
 		br.Status = StatusClear
 		br.Conclusion = "output tokens did not rise: answers are not longer"
+		if !hasBase || base.CompletionTokensMean == nil {
+			br.Conclusion = "output tokens are under the absolute floor (no baseline to compare with): answers are not long"
+		}
 		return br
 	}
 	br.Status = StatusFinding
@@ -482,6 +490,9 @@ func wrongLanguage(cur, base *Stats, hasBase bool) Branch {
 	if !up {
 		br.Status = StatusClear
 		br.Conclusion = "the share of wrong-script answers did not rise"
+		if !hasBase || base.WrongScriptShare == nil {
+			br.Conclusion = "the share of wrong-script answers is under the absolute floor (no baseline to compare with)"
+		}
 		return br
 	}
 	br.Status = StatusFinding

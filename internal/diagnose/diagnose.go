@@ -175,6 +175,15 @@ func Run(ctx context.Context, conn driver.Conn, opts Options) (Report, error) {
 	return rep, nil
 }
 
+// ReadBaseline reads the quantities of the baseline period r under the model filter, as Run reads
+// a window's: read is the period as read (its whole hours, when read from diagnose_hourly) and
+// source BaselineLive or BaselineHourly. An empty Stats (Empty) means no baseline.
+func ReadBaseline(ctx context.Context, conn driver.Conn, r Range, model string) (s Stats, read Range, source string, err error) {
+	rep := Report{}
+	err = rep.readBaseline(ctx, conn, Options{Baseline: r, Model: model})
+	return rep.Base, rep.Baseline, rep.BaselineSource, err
+}
+
 // readBaseline reads the baseline: long (HourlyMinSpan) and large (HourlyMinRequests) ones as
 // their whole hours (WholeHours) from diagnose_hourly, others, and those when diagnose_hourly
 // fails, live over the range given.
@@ -197,7 +206,7 @@ func (rep *Report) readBaseline(ctx context.Context, conn driver.Conn, opts Opti
 	if rep.Base, err = collect(ctx, conn, opts.Baseline, opts.Model); err != nil {
 		return fmt.Errorf("read baseline %s: %w", opts.Baseline, err)
 	}
-	rep.BaselineSource = BaselineLive
+	rep.Baseline, rep.BaselineSource = opts.Baseline, BaselineLive
 	return nil
 }
 

@@ -59,8 +59,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	for _, br := range r.Branches {
 		mark := map[string]string{StatusFinding: "FINDING", StatusClear: "clear", StatusNoData: "no data", StatusCannotTell: "cannot tell"}[br.Status]
 		fmt.Fprintf(&b, "[%s] %s\n  %s\n", mark, br.Title, br.Conclusion)
-		if at := br.WindowText(r.Window); at != "" {
-			fmt.Fprintf(&b, "  %s\n", at)
+		if br.At != "" {
+			fmt.Fprintf(&b, "  %s\n", br.At)
 		}
 		for _, e := range br.Evidence {
 			fmt.Fprintf(&b, "    - %s\n", e)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -83,9 +84,14 @@ func readWindows(ctx context.Context, conn driver.Conn, r Range, model string, w
 		}
 		return &out[k].Stats
 	}
-	// each reads one windowed query: scan fills a window's Stats from a row after its k.
+	// each reads one windowed query into a map of its own (scan fills a window's Stats from a row
+	// after its k); the maps are merged into the windows once every read is done, as the reads
+	// run at once.
+	var mu sync.Mutex
+	var parts []map[uint64]*Stats
 	each := func(name, what string, scan func(rows driver.Rows, s *Stats) error) func() error {
 		return func() error {
+			got := map[uint64]*Stats{}
 			rows, err := conn.Query(ctx, queryWith(name, true))
 			if err != nil {
 				return fmt.Errorf("read %s by window of %s: %w", what, length, err)
@@ -97,13 +103,14 @@ func readWindows(ctx context.Context, conn driver.Conn, r Range, model string, w
 				if err := scan(rowsWithK{rows, &k}, &s); err != nil {
 					return fmt.Errorf("read %s by window of %s: %w", what, length, err)
 				}
-				if w := at(int64(k)); w != nil {
-					merge(w, &s)
-				}
+				got[k] = &s
 			}
 			if err := rows.Err(); err != nil {
 				return fmt.Errorf("read %s by window of %s: %w", what, length, err)
 			}
+			mu.Lock()
+			parts = append(parts, got)
+			mu.Unlock()
 			return nil
 		}
 	}
@@ -171,6 +178,13 @@ func readWindows(ctx context.Context, conn driver.Conn, r Range, model string, w
 	)
 	if err != nil {
 		return nil, err
+	}
+	for _, got := range parts {
+		for k, ws := range got {
+			if w := at(int64(k)); w != nil {
+				merge(w, ws)
+			}
+		}
 	}
 	for k, codes := range status {
 		if w := at(int64(k)); w != nil {
@@ -336,6 +350,7 @@ func (rep *Report) readByWindow(ctx context.Context, conn driver.Conn, opts Opti
 				}
 			}
 		}
+		b.At = b.WindowText(rep.Window)
 		rep.Branches[i] = b
 	}
 	return nil
