@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/servescope/servescope/internal/chstore"
+	detectorservice "github.com/servescope/servescope/services/detector/service"
 	"github.com/servescope/servescope/sim/loadgen/load"
 )
 
@@ -163,6 +165,23 @@ func (r *run) play(ctx context.Context) error {
 	if err := r.writeCrash(ctx, crash); err != nil {
 		return err
 	}
+
+	// The verdicts, as the console reads them: the rules the console and the detector load.
+	defs, err := detectorservice.LoadRules(filepath.Join(r.dirs.State, "rules"))
+	if err != nil {
+		return err
+	}
+	ruleWindows := RuleWindows(defs)
+	fmt.Fprintf(r.out, "\n(d) Beside each incident, the complaint page a user would open for it, over the incident's window, as the\n    console reads it (diagnose at the rules' windows against the 24 h ending 1 h before, the range's alerts first)\n\n")
+	pageFails, err := WritePageVerdicts(ctx, r.out, r.conn, append(append([]Window{}, scen...), inc...), ruleWindows)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(r.out, "\n(e) Every complaint page over the last hour names the alerts that fired in it (the webhook receiver's)\n\n")
+	hourFails, err := WriteLastHourPages(ctx, r.out, r.conn, r.recv.Alerts(), ruleWindows)
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(r.out, "\ndemo finished in %s\n", time.Since(r.started).Round(time.Second))
 
 	var fails []string
@@ -177,6 +196,7 @@ func (r *run) play(ctx context.Context) error {
 	for _, f := range flaps {
 		fails = append(fails, fmt.Sprintf("%s %s flapped: fired %d times during %s", f.Rule, f.Labels, f.Firings, f.Phase))
 	}
+	fails = append(append(fails, pageFails...), hourFails...)
 	if len(fails) > 0 && r.opt.Once {
 		return fmt.Errorf("the demo did not show what it must:\n  %s", strings.Join(fails, "\n  "))
 	}

@@ -198,7 +198,7 @@ func (r *Report) Verdict(id string) (Verdict, error) {
 	if len(v.Alerts) > 0 {
 		var parts []string
 		for _, a := range v.Alerts {
-			parts = append(parts, a.Name()+" "+a.Span(r.Window))
+			parts = append(parts, a.Rule+" "+a.Span(r.Window))
 		}
 		alerts = "alerts on this symptom: " + strings.Join(parts, "; ")
 	}

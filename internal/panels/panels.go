@@ -445,7 +445,9 @@ func (p *Panel) render(k Kind, t Target, figure func(key string)) (string, error
 			if t == Grafana {
 				return "(" + expr + ")", nil
 			}
-			return fmt.Sprintf("if({figures:UInt8} = 1, {bf_%s:Nullable(Float64)}, (%s))", key, expr), nil
+			// "+ 0 * count()" keeps the column an aggregate when ClickHouse folds the constant
+			// condition: `if(1, const, avg(x))` alone is `const`, a column of every row, not one.
+			return fmt.Sprintf("(if({figures:UInt8} = 1, {bf_%s:Nullable(Float64)}, (%s)) + 0 * count())", key, expr), nil
 		},
 	}
 	tpl, err := template.New(p.Name).Option("missingkey=error").Funcs(funcs).Parse(text)

@@ -110,6 +110,13 @@ var funcs = template.FuncMap{
 	"alertspan": func(a diagnose.Alert, r diagnose.Range) string { return a.Span(r) },
 	"alertname": func(a diagnose.Alert) string { return a.Name() },
 	"upper":     strings.ToUpper,
+	// raw is a figure in full ("" for none), for the page's data attributes.
+	"raw": func(v *float64) string {
+		if v == nil {
+			return ""
+		}
+		return strconv.FormatFloat(*v, 'g', -1, 64)
+	},
 	"pct":  func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
 }
 

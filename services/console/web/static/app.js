@@ -229,29 +229,41 @@
           if (!fired.length) return;
           var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height, left = u.bbox.left, right = left + u.bbox.width;
           var dpr = devicePixelRatio;
+          // label writes a mark's text on a white backing, left-aligned from x (never past the plot's right edge).
+          var label = function (text, x, y, color) {
+            var w = ctx.measureText(text).width, pad = 2 * dpr;
+            x = Math.min(x, right - w - pad);
+            ctx.fillStyle = "rgba(255, 255, 255, 0.85)";
+            ctx.fillRect(x - pad, y - 10 * dpr, w + 2 * pad, 13 * dpr);
+            ctx.fillStyle = color;
+            ctx.fillText(text, x, y);
+          };
           ctx.save();
           ctx.font = (10.5 * dpr) + "px system-ui, sans-serif";
+          ctx.textAlign = "left";
+          ctx.textBaseline = "alphabetic";
           fired.forEach(function (a, i) {
             var f = Date.parse(a.fired_at), r = a.resolved_at ? Date.parse(a.resolved_at) : null;
-            var x0 = Math.max(left, u.valToPos(f / 1000, "x", true));
-            var x1 = r == null ? right : Math.min(right, u.valToPos(r / 1000, "x", true));
+            var fx = u.valToPos(f / 1000, "x", true), rx = r == null ? null : u.valToPos(r / 1000, "x", true);
+            var x0 = Math.max(left, fx), x1 = rx == null ? right : Math.min(right, rx);
             if (x1 < left || x0 > right) return;
+            var row = (14 + 14 * (i % 3)) * dpr;
             ctx.fillStyle = "rgba(239, 68, 68, 0.10)";
             ctx.fillRect(x0, top, Math.max(x1 - x0, 2 * dpr), h);
             ctx.lineWidth = 1.5 * dpr;
-            if (u.valToPos(f / 1000, "x", true) >= left) {
+            if (fx >= left) {
               ctx.strokeStyle = "#dc2626";
               ctx.setLineDash([]);
-              ctx.beginPath(); ctx.moveTo(x0, top); ctx.lineTo(x0, top + h); ctx.stroke();
-              ctx.fillStyle = "#b91c1c";
-              ctx.fillText("▲ " + a.rule + " fired " + hhmm(f), x0 + 3 * dpr, top + h - (6 + 12 * (i % 3)) * dpr);
+              ctx.beginPath(); ctx.moveTo(fx, top); ctx.lineTo(fx, top + h); ctx.stroke();
+              label("▲ " + a.rule + " fired " + hhmm(f), fx + 3 * dpr, top + row, "#b91c1c");
+            } else {
+              label(a.rule + " firing since " + hhmm(f), left + 3 * dpr, top + row, "#b91c1c");
             }
-            if (r != null && x1 <= right) {
+            if (rx != null && rx <= right) {
               ctx.strokeStyle = "#15803d";
               ctx.setLineDash([4 * dpr, 3 * dpr]);
-              ctx.beginPath(); ctx.moveTo(x1, top); ctx.lineTo(x1, top + h); ctx.stroke();
-              ctx.fillStyle = "#15803d";
-              ctx.fillText("resolved " + hhmm(r), x1 + 3 * dpr, top + (22 + 12 * (i % 3)) * dpr);
+              ctx.beginPath(); ctx.moveTo(rx, top); ctx.lineTo(rx, top + h); ctx.stroke();
+              label("resolved " + hhmm(r), rx + 3 * dpr, top + row + 14 * dpr, "#15803d");
             }
           });
           ctx.restore();
