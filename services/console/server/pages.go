@@ -106,7 +106,7 @@ var funcs = template.FuncMap{
 		}
 		return strings.Join(parts, " ")
 	},
-	"join": strings.Join,
+	"join":      strings.Join,
 	"alertspan": func(a diagnose.Alert, r diagnose.Range) string { return a.Span(r) },
 	"alertname": func(a diagnose.Alert) string { return a.Name() },
 	"upper":     strings.ToUpper,
@@ -117,7 +117,7 @@ var funcs = template.FuncMap{
 		}
 		return strconv.FormatFloat(*v, 'g', -1, 64)
 	},
-	"pct":  func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
+	"pct": func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
 }
 
 func newPages() (*pages, error) {
