@@ -5,6 +5,14 @@
 // them. Every conclusion names the numbers behind it and the alternative those numbers could not
 // rule out; no finding is a valid result.
 //
+// The baseline is internal/baseline's: the 24 h ending 1 h before the window starts, the
+// detector's. A range is read whole and again at the resolution of the detector's rules (each
+// branch on windows of its rule's length, windows.go), and the alerts the detector fired in it are
+// read first (alerts.go); a branch is clear only when the whole range, every window and its rule's
+// alerts agree. Complaints and Bearings (complaints.go) map the detector's rules to the complaint
+// pages and the branches, and Report.Verdict gives a complaint's verdict: the console's complaint
+// pages, `servescope diagnose --complaint` and scripts/demo all read it so.
+//
 // Sources: per-request quantities come from the gateway's `requests` rows, with the engine's own
 // timings filled from its spans and TTFT from arrival as `request_facts` gives them; without
 // gateway records, from the engine's spans alone. Both read the spans through the view
