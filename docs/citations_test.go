@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -72,5 +73,69 @@ func TestUnshippedPattern(t *testing.T) {
 		if unshipped.MatchString(s) && !strings.Contains(s, "RFC") {
 			t.Errorf("%q is caught", s)
 		}
+	}
+}
+
+// sectionCitation matches a citation of a page's section: README, "Heading" or
+// docs/page.md, "Heading" (a comment may break it over lines).
+var sectionCitation = regexp.MustCompile(`\b(README(?:\.md)?|docs/[A-Za-z0-9/_-]+\.md)(?:'s)?,? "([^"]{3,100})"`)
+
+// commentBreak is a line break inside a comment, with the next line's comment marker.
+var commentBreak = regexp.MustCompile(`\n[ \t]*(?://|--|#)?[ \t]*`)
+
+// TestSectionCitationsResolve: a comment, script or page that cites a section of the README or of
+// a docs page by its heading names a heading that exists, so moving a section cannot leave the
+// citations behind.
+func TestSectionCitationsResolve(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := map[string]bool{".go": true, ".sql": true, ".yaml": true, ".yml": true, ".md": true, ".sh": true}
+	cited := 0
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if rel == ".git" || rel == ".cache" || d.Name() == "node_modules" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		if !texts[filepath.Ext(rel)] && dir != "scripts" && dir != ".ci" && rel != "docker-compose.yml" || strings.HasSuffix(rel, "citations_test.go") {
+			return nil
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(raw), "README") && !strings.Contains(string(raw), "docs/") {
+			return nil
+		}
+		for _, m := range sectionCitation.FindAllStringSubmatch(commentBreak.ReplaceAllString(string(raw), " "), -1) {
+			cited++
+			page := m[1]
+			if page == "README" {
+				page = "README.md"
+			}
+			target, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(page)))
+			if err != nil {
+				t.Errorf("%s cites %s, which does not exist", rel, page)
+				continue
+			}
+			if !slices.Contains(headings(string(target)), slug(m[2])) {
+				t.Errorf("%s cites %s, %q, but %s has no such heading", rel, m[1], m[2], page)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cited < 3 {
+		t.Fatalf("found only %d section citations: the extraction is broken", cited)
 	}
 }

@@ -1,4 +1,4 @@
--- servescope landing tables, one per event kind (the README's "Schema and storage").
+-- servescope landing tables, one per event kind (docs/concepts.md, "What is recorded").
 --
 -- Every table is a ReplacingMergeTree whose ORDER BY ends in event_id: a message delivered twice
 -- (a crash between insert and ack) is one row to queries that read with FINAL or argMax.

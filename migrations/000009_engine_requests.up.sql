@@ -5,8 +5,8 @@
 -- several engine.span rows (its children). The collector gives every child the API request's
 -- request_id and, when vLLM's id tells, prompt_index and child_index. engine_requests combines
 -- the children of each request, and request_facts, diagnose and the detector read engine rows
--- through it, so a request is one row everywhere users query. The semantics (README, "One
--- engine row per request"), from vLLM's own per-request metric definitions
+-- through it, so a request is one row everywhere users query. The semantics (docs/concepts.md, "One
+-- row per request, and which TTFT to read"), from vLLM's own per-request metric definitions
 -- (vllm/v1/metrics/stats.py, vllm/v1/metrics/loggers.py), on the request's timeline (its children
 -- enter the engine together, vLLM adds them in one call):
 --   queue_s       the wait until the engine first scheduled any child (the least queue time)

@@ -4,7 +4,7 @@
 -- request_timings_window joins every request of [from, to) with engine_requests, whose two
 -- GROUP BYs run over every span of the period: at 3.3 M requests a day, a 24 h baseline is a
 -- 3.3 M x 3.3 M join and two GROUP BYs of 3.3 M string keys (26 s of server CPU, 1.6 GiB,
--- measured on the month's generated history, README "Performance at production shape"). Means,
+-- measured on the month's generated history, docs/performance.md, "At production shape"). Means,
 -- shares and quantiles of a large uniform sample of requests differ from the whole period's by far
 -- less than any rule's margin, so above a bound these views read a deterministic sample:
 --

@@ -1,6 +1,8 @@
-// Package detector holds the detector's built-in rules (rules/*.yaml: SQL plus metadata), embedded so
-// the binary needs no files on disk, and their unit tests (tests/*.yaml, run by `servescope rules
-// test`). services/detector loads the rules and then DETECTOR_RULES_DIR.
+// Package detector holds the detector's built-in rules (rules/*.yaml: SQL plus metadata) and
+// service level objectives (slos/*.yaml, from which services/detector/slo generates burn-rate
+// rules), embedded so the binary needs no files on disk, and their unit tests (tests/*.yaml, run
+// by `servescope rules test`). services/detector loads the rules and then DETECTOR_RULES_DIR, the
+// SLOs and then DETECTOR_SLOS_DIR.
 package detector
 
 import "embed"
@@ -12,6 +14,14 @@ var Rules embed.FS
 
 // RulesDir is the directory of the rule files inside [Rules].
 const RulesDir = "rules"
+
+// SLOs holds the built-in SLO files under "slos/".
+//
+//go:embed slos/*.yaml
+var SLOs embed.FS
+
+// SLOsDir is the directory of the SLO files inside [SLOs].
+const SLOsDir = "slos"
 
 // Tests holds the built-in rules' unit tests under "tests/", one file per rule, named as it.
 //

@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/servescope/servescope/dev/proc"
+	"github.com/servescope/servescope/dev/servers"
 	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
@@ -192,8 +193,9 @@ func (r *run) prepare(ctx context.Context) error {
 	r.stack = Stack{
 		Ports: ports, Database: r.opt.Database, Prefix: r.opt.Prefix,
 		Dev: Dev{
-			NATSURL:        "nats://127.0.0.1:" + envOr("SERVESCOPE_DEV_NATS_PORT", "4222"),
-			ClickHouseAddr: "127.0.0.1:" + envOr("SERVESCOPE_DEV_CLICKHOUSE_TCP_PORT", "9000"),
+			NATSURL:             "nats://127.0.0.1:" + envOr("SERVESCOPE_DEV_NATS_PORT", "4222"),
+			ClickHouseAddr:      "127.0.0.1:" + envOr("SERVESCOPE_DEV_CLICKHOUSE_TCP_PORT", "9000"),
+			ConsolePasswordFile: servers.ConsolePasswordFile(servers.CacheDir(r.opt.Root)),
 		},
 		StateDir: r.dirs.State, LogDir: r.dirs.Logs, EngineLog: filepath.Join(r.dirs.Logs, "vllm-engine.log"),
 		AdminToken: hex.EncodeToString(token), ConsoleToken: hex.EncodeToString(consoleToken), Model: "servescope/sim-7b", AppReport: r.opt.AppReport,
@@ -206,6 +208,16 @@ func (r *run) prepare(ctx context.Context) error {
 		return err
 	}
 	r.step("detector rules: the %d built-in rules with windows and hold times ÷%g (demo time is compressed)", len(names), r.opt.RuleScale)
+	slos, err := WriteScaledSLOs(filepath.Join(r.dirs.State, "slos"), SLOScale)
+	if err != nil {
+		return err
+	}
+	for _, d := range slos {
+		r.step("SLO %s (%s): its burn-rate windows ÷%d, page %s", d.Name, d.Description, SLOScale, windowsText(d.Alerts.PageWindows()))
+	}
+	if err := WriteEngines(filepath.Join(r.dirs.State, "engines.yaml")); err != nil {
+		return err
+	}
 
 	if err := r.recv.Listen(ctx, addr(ports.Webhook)); err != nil {
 		return err
@@ -276,6 +288,32 @@ func (r *run) resetStorage(ctx context.Context) error {
 	}
 	r.step("servescope migrate up: ClickHouse database %s migrated; NATS streams %s and %s (subjects %s) and durable consumer %s created",
 		r.stack.Database, topo.Stream(), topo.DLQStream(), topo.Subjects(), consumer.Env["CONSUMER_DURABLE"])
+	return r.checkConsoleAccount(ctx)
+}
+
+// checkConsoleAccount makes sure the console's read-only account can read the demo's database
+// before the console starts on it: dev services started before the account existed, or for
+// another SERVESCOPE_DEMO_DATABASE, lack it until they are started again.
+func (r *run) checkConsoleAccount(ctx context.Context) error {
+	restart := "restart the dev ClickHouse (scripts/dev-services down clickhouse && scripts/dev-services up) with the same SERVESCOPE_DEMO_DATABASE"
+	if _, err := os.Stat(r.stack.Dev.ConsolePasswordFile); err != nil {
+		return fmt.Errorf("the console's read-only ClickHouse account: %w; %s", err, restart)
+	}
+	cfg, err := config.LoadFrom[config.ClickHouse](r.stack.Console().Env)
+	if err != nil {
+		return fmt.Errorf("the console's ClickHouse settings: %w", err)
+	}
+	cfg.DialTimeout = 5 * time.Second
+	conn, err := chstore.Open(ctx, cfg)
+	if err == nil {
+		var n uint64
+		err = conn.QueryRow(ctx, "SELECT count() FROM requests").Scan(&n)
+		conn.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("the console's read-only ClickHouse account %s cannot read database %s: %w; %s", cfg.User, r.stack.Database, err, restart)
+	}
+	r.step("the console reads database %s through the read-only account %s (SELECT only, no captured text)", r.stack.Database, cfg.User)
 	return nil
 }
 

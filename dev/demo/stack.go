@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/servescope/servescope/dev/servers"
 )
 
 // Ports are the demo's fixed loopback ports. They stay clear of the dev services (NATS 4222/8222,
@@ -73,6 +75,9 @@ func url(port int, path string) string { return "http://" + addr(port) + path }
 // Dev is how to reach the dev services.
 type Dev struct {
 	NATSURL, ClickHouseAddr string
+	// ConsolePasswordFile holds the password of the dev server's read-only console account
+	// (servers.DemoConsoleUser), which the demo's console reads through.
+	ConsolePasswordFile string
 }
 
 // Stack holds the settings every demo service shares.
@@ -141,12 +146,16 @@ func (s *Stack) Engine(extra ...string) Service {
 }
 
 // Console is the web console on the demo's database, with the demo's scaled detector rules (so
-// its thresholds are the ones the demo's detector evaluates), behind ConsoleToken.
+// its thresholds are the ones the demo's detector evaluates), behind ConsoleToken. It reads through
+// the dev server's read-only console account, as a deployment's console does (docker-compose.yml,
+// `servescope access`): SELECT on the demo's database, no captured text, nothing written.
 func (s *Stack) Console() Service {
 	return Service{Name: "console", Bin: "console", Health: url(s.Ports.Console, "/healthz"),
 		Env: with(map[string]string{
-			"SERVESCOPE_CLICKHOUSE_ADDR":     s.Dev.ClickHouseAddr,
-			"SERVESCOPE_CLICKHOUSE_DATABASE": s.Database,
+			"SERVESCOPE_CLICKHOUSE_ADDR":          s.Dev.ClickHouseAddr,
+			"SERVESCOPE_CLICKHOUSE_DATABASE":      s.Database,
+			"SERVESCOPE_CLICKHOUSE_USER":          servers.DemoConsoleUser,
+			"SERVESCOPE_CLICKHOUSE_PASSWORD_FILE": s.Dev.ConsolePasswordFile,
 		},
 			"CONSOLE_LISTEN_ADDR", addr(s.Ports.Console),
 			"CONSOLE_AUTH", "token",
@@ -200,6 +209,8 @@ func (s *Stack) Services() (consumer, collector, gateway, ragdemo, detector Serv
 			"DETECTOR_EVAL_DELAY", "3s",
 			"DETECTOR_REPEAT_INTERVAL", "1h",
 			"DETECTOR_RULES_DIR", filepath.Join(s.StateDir, "rules"),
+			"DETECTOR_SLOS_DIR", filepath.Join(s.StateDir, "slos"),
+			"DETECTOR_ENGINES_FILE", filepath.Join(s.StateDir, "engines.yaml"),
 			"DETECTOR_METRICS_ADDR", addr(s.Ports.Detector),
 			"DETECTOR_EXTERNAL_URL", url(s.Ports.Detector, ""))}
 	return

@@ -14,19 +14,19 @@ import (
 	"github.com/servescope/servescope/services/detector/rules"
 )
 
-// PageCheck is the complaint page a user would open for one incident the demo stages, over the
+// IncidentPage is the complaint page a user would open for one incident the demo stages, over the
 // incident's window, and the verdict it must give: its status and, for a finding, the branch
 // among its findings.
-type PageCheck struct {
+type IncidentPage struct {
 	Window    Window
 	Complaint string
 	Status    string
 	Finding   string
 }
 
-// PageChecks are the pages of the demo's incidents (docs/measurements.md, From symptom to
+// IncidentPages are the pages of the demo's incidents (docs/measurements.md, From symptom to
 // quantity), by window key: a normal run reads clear, each incident its own hypothesis.
-var PageChecks = map[string]PageCheck{
+var IncidentPages = map[string]IncidentPage{
 	"normal":          {Complaint: "first-word", Status: diagnose.VerdictClear},
 	"overload":        {Complaint: "hangs", Status: diagnose.VerdictFinding, Finding: diagnose.BranchQueueOverload},
 	"long-prompt":     {Complaint: "first-word", Status: diagnose.VerdictFinding, Finding: diagnose.BranchLongPrompt},
@@ -61,7 +61,7 @@ func verdictOf(ctx context.Context, conn driver.Conn, w diagnose.Range, id strin
 func WritePageVerdicts(ctx context.Context, out io.Writer, conn driver.Conn, windows []Window, ruleWindows map[string]time.Duration) ([]string, error) {
 	var fails []string
 	for _, w := range windows {
-		pc, ok := PageChecks[w.Key]
+		pc, ok := IncidentPages[w.Key]
 		if !ok {
 			continue
 		}

@@ -52,6 +52,11 @@ type Config struct {
 	// SERVESCOPE_DEV_NATS_CLUSTER_ROUTE_PORT [6231].
 	NATSClusterPort, NATSClusterMonitorPort, NATSClusterRoutePort int
 
+	// DemoDatabase is the database the demo console's read-only account may read (scripts/demo's
+	// SERVESCOPE_DEMO_DATABASE [servescope_demo]): the ClickHouse server takes its users at start
+	// (servers.DevUsersXML).
+	DemoDatabase string
+
 	// Out receives status lines and logs; Err the commands' messages.
 	Out, Err io.Writer
 }
@@ -92,6 +97,10 @@ func Load(root string, getenv func(string) string) (Config, error) {
 	c.ClickHouseLogLevel = getenv("SERVESCOPE_DEV_CLICKHOUSE_LOG_LEVEL")
 	if c.ClickHouseLogLevel == "" {
 		c.ClickHouseLogLevel = "information"
+	}
+	c.DemoDatabase = getenv("SERVESCOPE_DEMO_DATABASE")
+	if c.DemoDatabase == "" {
+		c.DemoDatabase = "servescope_demo"
 	}
 	c.StartTimeout = time.Duration(positive("SERVESCOPE_DEV_START_TIMEOUT_S", 60)) * time.Second
 	c.LogLines = positive("SERVESCOPE_DEV_LOG_LINES", 40)
@@ -143,7 +152,9 @@ func (c Config) NATS() servers.NATS {
 
 // ClickHouse is the dev ClickHouse server: data <cache>/clickhouse/data, launcher log
 // <cache>/clickhouse/clickhouse.log, the engine's own logs clickhouse-server.log and
-// clickhouse-server.err.log beside it, pid file <cache>/clickhouse/clickhouse.pid.
+// clickhouse-server.err.log beside it, pid file <cache>/clickhouse/clickhouse.pid, users
+// <cache>/clickhouse/users.xml (servers.DevUsersXML: the passwordless administrator `default` and
+// the demo console's read-only account, whose password is in servers.ConsolePasswordFile).
 func (c Config) ClickHouse() servers.ClickHouse {
 	dir := filepath.Join(c.CacheDir, "clickhouse")
 	in := servers.InstalledIn(c.CacheDir)
@@ -159,9 +170,30 @@ func (c Config) ClickHouse() servers.ClickHouse {
 		LogLevel:       c.ClickHouseLogLevel,
 		Log:            filepath.Join(dir, "clickhouse.log"),
 		PidFile:        filepath.Join(dir, "clickhouse.pid"),
+		UsersFile:      filepath.Join(dir, "users.xml"),
 		ReadyTimeout:   c.StartTimeout,
 		StopGrace:      stopGrace,
 	}
+}
+
+// prepareClickHouse writes the server's users file, then its config.
+func (c Config) prepareClickHouse() error {
+	ch := c.ClickHouse()
+	pw, err := servers.ConsolePassword(c.CacheDir)
+	if err != nil {
+		return err
+	}
+	users, err := servers.DevUsersXML(c.DemoDatabase, pw)
+	if err != nil {
+		return fmt.Errorf("SERVESCOPE_DEMO_DATABASE: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(ch.UsersFile), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(ch.UsersFile, []byte(users), 0o600); err != nil {
+		return fmt.Errorf("write the ClickHouse users file: %w", err)
+	}
+	return ch.Prepare()
 }
 
 // server is what the commands need to know of one dev server.
@@ -196,7 +228,7 @@ func (c Config) servers() []server {
 			lastCrash: func() (string, error) { return "", nil },
 		},
 		{
-			name: "clickhouse", spec: ch.Spec(), prepare: ch.Prepare, healthy: ch.Healthy,
+			name: "clickhouse", spec: ch.Spec(), prepare: c.prepareClickHouse, healthy: ch.Healthy,
 			health: fmt.Sprintf("127.0.0.1:%d already answers SELECT 1", ch.HTTPPort),
 			where:  fmt.Sprintf("on 127.0.0.1:%d (http :%d)", ch.TCPPort, ch.HTTPPort),
 			status: func(pid int, health string) string {

@@ -22,12 +22,14 @@ import (
 	consolepanels "github.com/servescope/servescope/deploy/console"
 	builtin "github.com/servescope/servescope/deploy/detector"
 	"github.com/servescope/servescope/dev/eventgen"
+	"github.com/servescope/servescope/dev/requestfixture"
 	"github.com/servescope/servescope/dev/synth"
 	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/internal/diagnose"
 	"github.com/servescope/servescope/internal/panels"
+	"github.com/servescope/servescope/internal/requestview"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/consumer/sink"
 	"github.com/servescope/servescope/services/detector/rules"
@@ -168,6 +170,48 @@ func TestShardedRulesAndDiagnoseAnswerAsOneServer(t *testing.T) {
 	t.Logf("console: %d panel queries with rows, the same on one server and sharded", compared)
 	if compared == 0 {
 		t.Error("no panel query returned rows: the comparison compared nothing")
+	}
+	compareRequestPages(ctx, t, single, sharded, last)
+}
+
+// compareRequestPages writes a demo-shaped overload request to both schemas and checks that its
+// page (internal/requestview: found by its response id) and the slowest-requests lists read the
+// same on the sharded schema as on one server.
+func compareRequestPages(ctx context.Context, t *testing.T, single, sharded driver.Conn, at time.Time) {
+	t.Helper()
+	story := requestfixture.Tell(requestfixture.Overload("vllm-0"), at.Add(-30*time.Minute))
+	var pages, slowest [2]string
+	for j, conn := range []driver.Conn{single, sharded} {
+		if err := requestfixture.Insert(ctx, conn, story.Events...); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := requestview.Find(ctx, conn, story.ResponseID)
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("find the request (schema %d): %v, %v", j, ms, err)
+		}
+		r, err := requestview.Load(ctx, conn, ms[0], requestview.Options{SlotLimit: 256, Now: at})
+		if err != nil {
+			t.Fatalf("load the request (schema %d): %v", j, err)
+		}
+		b, _ := json.Marshal(r)
+		pages[j] = string(b)
+		for _, order := range requestview.SlowOrders {
+			s, err := requestview.Slowest(ctx, conn, at.Add(-2*time.Hour), at, "", "", order, false, 5)
+			if err != nil {
+				t.Fatalf("slowest by %s (schema %d): %v", order, j, err)
+			}
+			b, _ := json.Marshal(s)
+			slowest[j] += order + ": " + string(b) + "\n"
+		}
+	}
+	if pages[0] != pages[1] {
+		t.Errorf("the request page differs:\none server:\n%s\nsharded:\n%s", pages[0], pages[1])
+	}
+	if !strings.Contains(pages[0], `"name":"queue"`) || !strings.Contains(pages[0], `"running":256`) {
+		t.Errorf("the request page lacks the engine's queue or state: %s", pages[0])
+	}
+	if slowest[0] != slowest[1] {
+		t.Errorf("the slowest requests differ:\none server:\n%s\nsharded:\n%s", slowest[0], slowest[1])
 	}
 }
 

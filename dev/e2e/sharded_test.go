@@ -16,6 +16,7 @@ import (
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/consumer/sink"
+	"github.com/servescope/servescope/services/detector/slo"
 )
 
 // shardedRequests is how many requests the differential test writes, each with one event of
@@ -29,7 +30,7 @@ const shardedRequests = 600
 // request_facts' joins and FINAL work shard by shard.
 func TestShardedClickHouseAnswersAsOneServer(t *testing.T) {
 	shards, cfg, sharded := startSharded(t)
-	single, _ := testenv.ClickHouse(t)
+	single, singleCfg := testenv.ClickHouse(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	// Running the migration again changes nothing and fails nothing.
@@ -85,6 +86,31 @@ func TestShardedClickHouseAnswersAsOneServer(t *testing.T) {
 	t.Logf("request_facts_window: one server %s; sharded %s", one, two)
 	if one != two || strings.HasPrefix(one, "0 ") {
 		t.Errorf("request_facts_window differs or is empty:\n one server %s\n sharded    %s", one, two)
+	}
+	// The SLO views: every node holds the SLOs (slo.Sync writes each), each shard judges its own
+	// requests, and slo_goodput and slo_error_budget, created over the cluster-wide tables, add
+	// them up: the same figures as one server's.
+	def, err := slo.Parse("e2e.yaml", []byte("name: e2e\nobjectives:\n  ttft: {p50: 300ms}\n  e2e: {under: 3s, target: 90%}\n  availability: {target: 99%}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := slo.Sync(ctx, singleCfg, single, []*slo.Definition{def}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := slo.Sync(ctx, cfg, sharded, []*slo.Definition{def}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ranged := fmt.Sprintf("(from = '%s', to = '%s')", from, to)
+	for _, q := range []string{
+		"SELECT count(), sum(judged), sum(good), sum(ttft_bad), sum(availability_bad) FROM slo_requests_window" + ranged,
+		"SELECT sum(judged), sum(good), sum(ttft_bad), sum(e2e_bad), round(sum(goodput_rps), 9) FROM slo_goodput" + ranged,
+		"SELECT objective, round(budget_left, 9), judged FROM slo_error_budget" + ranged + " ORDER BY objective",
+	} {
+		one, two := scalar(ctx, t, single, q), scalar(ctx, t, sharded, q)
+		t.Logf("%s: one server %s; sharded %s", q, one, two)
+		if one != two || strings.HasPrefix(one, "0") {
+			t.Errorf("%s differs or is empty:\n one server %s\n sharded    %s", q, one, two)
+		}
 	}
 	if want := fmt.Sprint(shardedRequests); scalar(ctx, t, sharded, "SELECT count() FROM request_facts") != want {
 		t.Errorf("sharded request_facts does not hold the %s requests", want)

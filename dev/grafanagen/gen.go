@@ -2,21 +2,26 @@
 // with grafana-foundation-sdk: one row per row of the console, one time series panel per panel,
 // its series query (target A) and its baseline and threshold (target B) run by the
 // grafana-clickhouse-datasource plugin with its macros, the "alert when", action and watching
-// rule in the panel's description, the model/app/engine filters as dashboard variables and the
-// retrieval version changes as annotations. dev/cmd/grafanagen writes the file the compose
-// file's Grafana provisions (deploy/grafana/dashboards/servescope.json).
+// rule in the panel's description, the model/app/engine filters as dashboard variables, the
+// retrieval version changes and the detector's alerts (the alerts table) as annotations, and the
+// slowest requests as a table whose request ids link to their page in the console (the
+// console_url variable says where it is). dev/cmd/grafanagen writes the file the compose file's
+// Grafana provisions (deploy/grafana/dashboards/servescope.json).
 package grafanagen
 
 import (
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"regexp"
 	"strings"
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog"
 	"github.com/grafana/grafana-foundation-sdk/go/cog/variants"
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 
 	"github.com/servescope/servescope/deploy/console"
@@ -24,6 +29,23 @@ import (
 	"github.com/servescope/servescope/internal/panels"
 	"github.com/servescope/servescope/services/detector/rules"
 )
+
+//go:embed sql/alerts.sql
+var alertsSQL string
+
+//go:embed sql/slowest.sql
+var slowestSQL string
+
+// ConsoleURLVariable is the dashboard variable holding the console's base URL, which the request
+// ids' data links open; DefaultConsoleURL is its default, where docker-compose.yml publishes it.
+const (
+	ConsoleURLVariable = "console_url"
+	DefaultConsoleURL  = "http://127.0.0.1:9104"
+)
+
+// RequestLink is the data link of a request id: its page in the console, picked by its arrival
+// among requests reusing the id, in the dashboard's range.
+const RequestLink = "${" + ConsoleURLVariable + "}/request/${__value.raw:percentencode}?arrival=${__data.fields.arrival:percentencode}&from=${__from}&to=${__to}"
 
 // DatasourceUID is the provisioned ClickHouse data source (deploy/grafana/provisioning/datasources).
 const DatasourceUID = "servescope-clickhouse"
@@ -76,7 +98,8 @@ func query(ref, sql string, format int) Query {
 	return Query{RefID: ref, Datasource: &d, EditorType: "sql", QueryType: qt, RawSQL: strings.TrimSpace(sql), Format: format}
 }
 
-var units = map[string]string{"s": "s", "requests": "short", "share": "percentunit", "score": "none"}
+var units = map[string]string{"s": "s", "requests": "short", "share": "percentunit", "score": "none",
+	"tokens": "count:tok", "tokens_per_s": "count:tok/s", "requests_per_s": "reqps", "ratio": "suffix:×", "usd": "currencyUSD"}
 
 // Dashboard builds the dashboard JSON of ps.
 func Dashboard(ps []*panels.Panel) ([]byte, error) {
@@ -105,6 +128,12 @@ func Dashboard(ps []*panels.Panel) ([]byte, error) {
 			AllValue("''").
 			Current(dashboard.VariableOption{Text: dashboard.StringOrArrayOfString{String: cog.ToPtr("All")}, Value: dashboard.StringOrArrayOfString{String: cog.ToPtr("$__all")}}))
 	}
+	b.WithVariable(dashboard.NewTextBoxVariableBuilder(ConsoleURLVariable).Label("Console").
+		Description("The servescope console's base URL: request ids link to their page there.").
+		DefaultValue(dashboard.StringOrMap{String: cog.ToPtr(DefaultConsoleURL)}).
+		Current(dashboard.VariableOption{Text: dashboard.StringOrArrayOfString{String: cog.ToPtr(DefaultConsoleURL)}, Value: dashboard.StringOrArrayOfString{String: cog.ToPtr(DefaultConsoleURL)}}))
+	b.Annotation(dashboard.NewAnnotationQueryBuilder().Name("Alerts (servescope detector)").Datasource(ds()).
+		Enable(true).IconColor("red").Target(query("Alerts", alertsSQL, 1)))
 	// Rows stay open and the panels sit at the top level after their row, as Grafana stores an
 	// expanded row (a collapsed row would hide its panels until clicked).
 	perRow := map[string]int{}
@@ -135,6 +164,11 @@ func Dashboard(ps []*panels.Panel) ([]byte, error) {
 				Enable(true).IconColor("purple").Target(query("Anno", sql, 1)))
 		}
 	}
+	// The slowest requests, each id a link to its page in the console.
+	id++
+	b.WithRow(dashboard.NewRowBuilder("Requests - open one in the console").Id(id).Collapsed(false))
+	id++
+	b.WithPanel(slowestPanel().Id(id).Span(24))
 	d, err := b.Build()
 	if err != nil {
 		return nil, fmt.Errorf("build the Grafana dashboard: %w", err)
@@ -144,6 +178,22 @@ func Dashboard(ps []*panels.Panel) ([]byte, error) {
 		return nil, fmt.Errorf("encode the Grafana dashboard: %w", err)
 	}
 	return append(out, '\n'), nil
+}
+
+// slowestPanel is the table of the slowest requests; its request_id column links to the console.
+func slowestPanel() *table.PanelBuilder {
+	return table.NewPanelBuilder().Title("Slowest requests (by E2E) - open one in the console").
+		Description("The 20 slowest requests of the range. Each request id opens its page in the servescope console "+
+			"(the console_url variable): its timeline with the source of each figure, the engine's state when it arrived, "+
+			"its log lines, the application's record.").
+		Datasource(ds()).Height(9).
+		WithTarget(query("A", slowestSQL, 1)).
+		OverrideByName("request_id", []dashboard.DynamicConfigValue{
+			{Id: "links", Value: []map[string]any{{"title": "Open this request in the servescope console", "url": RequestLink, "targetBlank": true}}},
+		}).
+		OverrideByName("e2e_s", []dashboard.DynamicConfigValue{{Id: "unit", Value: "s"}}).
+		OverrideByName("ttft_s", []dashboard.DynamicConfigValue{{Id: "unit", Value: "s"}}).
+		OverrideByName("queue_s", []dashboard.DynamicConfigValue{{Id: "unit", Value: "s"}})
 }
 
 func tsPanel(p *panels.Panel) (*timeseries.PanelBuilder, error) {
@@ -184,16 +234,26 @@ func tsPanel(p *panels.Panel) (*timeseries.PanelBuilder, error) {
 		{Id: "custom.fillOpacity", Value: 0},
 	})
 	if p.Threshold != nil {
-		tp.OverrideByName(p.Threshold.Column, []dashboard.DynamicConfigValue{
+		props := []dashboard.DynamicConfigValue{
 			{Id: "custom.lineStyle", Value: map[string]any{"fill": "dot", "dash": []int{2, 4}}},
 			{Id: "color", Value: map[string]any{"mode": "fixed", "fixedColor": "red"}},
 			{Id: "displayName", Value: p.Threshold.Label},
-		})
+		}
+		if p.Threshold.Axis == "right" {
+			props = append(props, dashboard.DynamicConfigValue{Id: "custom.axisPlacement", Value: "right"},
+				dashboard.DynamicConfigValue{Id: "unit", Value: units[p.UnitRight]})
+		}
+		tp.OverrideByName(p.Threshold.Column, props)
 	}
 	for _, s := range append(append([]panels.Series{}, p.Series...), p.Baseline...) {
 		props := []dashboard.DynamicConfigValue{{Id: "displayName", Value: s.Label}}
 		if p.Split != "" {
-			// Long-form rows: Grafana names each series "<column> <split value>".
+			// Long-form rows: Grafana names each series "<column> <split value>"; a right-axis
+			// column goes right under any split value.
+			if s.Axis == "right" {
+				tp.OverrideByRegexp("^"+regexp.QuoteMeta(s.Column)+"( |$)", []dashboard.DynamicConfigValue{
+					{Id: "custom.axisPlacement", Value: "right"}, {Id: "unit", Value: units[p.UnitRight]}})
+			}
 			continue
 		}
 		if s.Axis == "right" {

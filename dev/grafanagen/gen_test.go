@@ -8,19 +8,24 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	builtin "github.com/servescope/servescope/deploy/detector"
 	"github.com/servescope/servescope/dev/synth"
 	"github.com/servescope/servescope/dev/testclock"
 	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/panels"
+	"github.com/servescope/servescope/services/detector/alerting"
+	"github.com/servescope/servescope/services/detector/slo"
 )
 
 // repoPath is a path relative to the repository root (this package is two levels below it).
@@ -55,6 +60,26 @@ type panelJSON struct {
 		RawSQL string `json:"rawSql"`
 		Format int    `json:"format"`
 	} `json:"targets"`
+	FieldConfig struct {
+		Overrides []struct {
+			Matcher struct {
+				ID      string `json:"id"`
+				Options string `json:"options"`
+			} `json:"matcher"`
+			Properties []struct {
+				ID    string `json:"id"`
+				Value any    `json:"value"`
+			} `json:"properties"`
+		} `json:"overrides"`
+	} `json:"fieldConfig"`
+}
+
+// annotationJSON is one annotation query of the committed dashboard.
+type annotationJSON struct {
+	Name   string `json:"name"`
+	Target struct {
+		RawSQL string `json:"rawSql"`
+	} `json:"target"`
 }
 
 // dashboardFile is the part of the committed dashboard the tests read.
@@ -63,17 +88,13 @@ type dashboardFile struct {
 	Panels     []panelJSON `json:"panels"`
 	Templating struct {
 		List []struct {
-			Name  string         `json:"name"`
-			Query map[string]any `json:"query"`
+			Name string `json:"name"`
+			// Query is the query variables' query, a textbox variable's default value.
+			Query any `json:"query"`
 		} `json:"list"`
 	} `json:"templating"`
 	Annotations struct {
-		List []struct {
-			Name   string `json:"name"`
-			Target struct {
-				RawSQL string `json:"rawSql"`
-			} `json:"target"`
-		} `json:"list"`
+		List []annotationJSON `json:"list"`
 	} `json:"annotations"`
 }
 
@@ -145,8 +166,8 @@ func TestDashboardNamesTheConsolePanels(t *testing.T) {
 	for _, v := range d.Templating.List {
 		vars = append(vars, v.Name)
 	}
-	if !slices.Equal(vars, panels.Filters) {
-		t.Errorf("variables %v, want the console's filters %v", vars, panels.Filters)
+	if want := append(slices.Clone(panels.Filters), ConsoleURLVariable); !slices.Equal(vars, want) {
+		t.Errorf("variables %v, want the console's filters and the console's URL %v", vars, want)
 	}
 	var marks int
 	for _, p := range ps {
@@ -154,8 +175,30 @@ func TestDashboardNamesTheConsolePanels(t *testing.T) {
 			marks++
 		}
 	}
-	if len(d.Annotations.List) != marks || marks == 0 {
-		t.Errorf("%d annotations for %d panels with marks", len(d.Annotations.List), marks)
+	alerts := slices.IndexFunc(d.Annotations.List, func(a annotationJSON) bool { return a.Target.RawSQL == strings.TrimSpace(alertsSQL) })
+	if len(d.Annotations.List) != marks+1 || marks == 0 || alerts < 0 {
+		t.Errorf("%d annotations for %d panels with marks and the alerts (found: %v)", len(d.Annotations.List), marks, alerts >= 0)
+	}
+	// The slowest requests' table: its request ids open their page in the console.
+	ti := slices.IndexFunc(d.Panels, func(x panelJSON) bool { return x.Type == "table" })
+	if ti < 0 {
+		t.Fatal("no table of requests")
+	}
+	link := ""
+	for _, o := range d.Panels[ti].FieldConfig.Overrides {
+		if o.Matcher.Options == "request_id" {
+			for _, p := range o.Properties {
+				if p.ID == "links" {
+					if ls, ok := p.Value.([]any); ok && len(ls) == 1 {
+						link, _ = ls[0].(map[string]any)["url"].(string)
+					}
+				}
+			}
+		}
+	}
+	if link != RequestLink || !strings.HasPrefix(link, "${console_url}/request/${__value.raw") || len(d.Panels[ti].Targets) != 1 ||
+		d.Panels[ti].Targets[0].RawSQL != strings.TrimSpace(slowestSQL) {
+		t.Errorf("request table: link %q, targets %+v", link, d.Panels[ti].Targets)
 	}
 }
 
@@ -230,8 +273,21 @@ func run(ctx context.Context, conn driver.Conn, q string) ([]string, int, error)
 // the baseline and the threshold; t and text for the marks), the same columns as the console's
 // query from the same panel file, and the variables' queries list the seeded model, app and engine.
 func TestDashboardSQLOnClickHouse(t *testing.T) {
-	conn, _ := testenv.ClickHouse(t)
+	conn, ch := testenv.ClickHouse(t)
 	ctx := context.Background()
+	// The SLO and cost panels read the detector's SLOs and engines file: the built-in SLOs and one
+	// price for every engine.
+	slos, err := slo.LoadBuiltin(builtin.SLOs, builtin.SLOsDir, builtin.RepoDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	price := 1.5
+	if err := slo.Sync(ctx, ch, conn, slos, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := slo.SyncEngines(ctx, ch, conn, &slo.Engines{Currency: "USD", Default: &slo.EngineSetting{PricePerHour: &price}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	// The normal day follows the time of day: the instant comes from testclock (pinned by scripts/test).
 	now := testclock.EvalTime(t, 0)
 	g := synth.New(11)
@@ -248,6 +304,37 @@ func TestDashboardSQLOnClickHouse(t *testing.T) {
 	if err := conn.Exec(ctx, "ALTER TABLE app_records UPDATE citations_missing = (cityHash64(request_id) % 37 = 0) WHERE 1 SETTINGS mutations_sync = 2"); err != nil {
 		t.Fatal(err)
 	}
+	// synth records no prompt length; the engine's usage gives one for every answer.
+	if err := conn.Exec(ctx, "ALTER TABLE requests UPDATE prompt_tokens = toUInt32(40 + cityHash64(request_id) % 12) WHERE status_code < 400 SETTINGS mutations_sync = 2"); err != nil {
+		t.Fatal(err)
+	}
+	// The detector's alerts: an episode that fired and resolved, one that fires, one that stayed
+	// pending, and one of another model.
+	store := alerting.CHStore{Conn: conn}
+	model := synth.NormalShape().Model
+	episode := func(rule, m string, states []alerting.State, at ...time.Time) {
+		labels := map[string]string{"alertname": rule, "severity": "warning", "model": m}
+		a := &alerting.Alert{Rule: rule, Fingerprint: alerting.Fingerprint(labels), Labels: labels, Severity: "warning",
+			ActiveAt: at[0], Annotations: map[string]string{"summary": rule + " for " + m}}
+		for i, st := range states {
+			a.State = st
+			if st == alerting.StateFiring {
+				a.FiredAt = at[i]
+			}
+			if st == alerting.StateInactive {
+				a.ResolvedAt = at[i]
+			}
+			if err := store.Save(ctx, at[i], []*alerting.Alert{a}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	episode("latency_p95", model, []alerting.State{alerting.StatePending, alerting.StateFiring, alerting.StateInactive},
+		now.Add(-50*time.Minute), now.Add(-48*time.Minute), now.Add(-30*time.Minute))
+	episode("truncated_outputs", model, []alerting.State{alerting.StatePending, alerting.StateFiring}, now.Add(-10*time.Minute), now.Add(-8*time.Minute))
+	episode("server_errors", model, []alerting.State{alerting.StatePending}, now.Add(-5*time.Minute))
+	episode("latency_p95", "other-model", []alerting.State{alerting.StatePending, alerting.StateFiring}, now.Add(-20*time.Minute), now.Add(-19*time.Minute))
+
 	d := readDashboard(t)
 	ps, err := Load()
 	if err != nil {
@@ -332,14 +419,64 @@ func TestDashboardSQLOnClickHouse(t *testing.T) {
 			t.Errorf("annotation %s: %v", a.Name, err)
 			continue
 		}
+		if a.Target.RawSQL == strings.TrimSpace(alertsSQL) {
+			// The two episodes that fired (the resolved one and the one firing), not the one that
+			// stayed pending; the other model's alert only without a model filter.
+			if !slices.Equal(cols, []string{"time", "timeEnd", "text", "tags"}) || n != 3 {
+				t.Errorf("alerts annotation: columns %v, %d rows; want time, timeEnd, text, tags and 3 episodes", cols, n)
+			}
+			q, _ := oneModel.expand(a.Target.RawSQL)
+			if _, n, err := run(ctx, conn, q); err != nil || n != 2 {
+				t.Errorf("alerts annotation for model %s: %d rows, %v; want 2", oneModel.vars["model"], n, err)
+			}
+			continue
+		}
 		if !slices.Equal(cols, []string{"t", "text"}) || n != 1 {
 			t.Errorf("annotation %s: columns %v, %d rows; want t, text and the one switch", a.Name, cols, n)
 		}
 	}
+	// The requests' table lists the slowest requests, each with the arrival its link carries.
+	ti := slices.IndexFunc(d.Panels, func(x panelJSON) bool { return x.Type == "table" })
+	q, err := oneModel.expand(d.Panels[ti].Targets[0].RawSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, q)
+	if err != nil {
+		t.Fatalf("requests table: %v", err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+		vals := make([]any, len(rows.Columns()))
+		for i, c := range rows.ColumnTypes() {
+			vals[i] = reflect.New(c.ScanType()).Interface()
+		}
+		if err := rows.Scan(vals...); err != nil {
+			t.Fatal(err)
+		}
+		id, arrival := *(vals[0].(*string)), *(vals[1].(*string))
+		var found uint64
+		if err := conn.QueryRow(ctx, "SELECT count() FROM requests WHERE request_id = {id:String} AND arrival_ts = parseDateTime64BestEffort({a:String}, 6, 'UTC')",
+			clickhouse.Named("id", id), clickhouse.Named("a", arrival)).Scan(&found); err != nil || found == 0 {
+			t.Errorf("request %s arriving at %q is not in requests: %v", id, arrival, err)
+		}
+	}
+	rows.Close()
+	if n != 20 {
+		t.Errorf("requests table: %d rows, want the 20 slowest", n)
+	}
 
 	seededValue := map[string]string{"model": synth.NormalShape().Model, "app": synth.NormalShape().App}
 	for _, v := range d.Templating.List {
-		raw, _ := v.Query["rawSql"].(string)
+		qm, ok := v.Query.(map[string]any)
+		if !ok {
+			if v.Name != ConsoleURLVariable || v.Query != DefaultConsoleURL {
+				t.Errorf("variable %s: query %v", v.Name, v.Query)
+			}
+			continue
+		}
+		raw, _ := qm["rawSql"].(string)
 		q, err := all.expand(raw)
 		if err != nil {
 			t.Fatal(err)

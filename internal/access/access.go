@@ -34,9 +34,10 @@ const (
 var ContentColumns = map[string][]string{"requests": {"prompt_text", "output_text"}}
 
 // DetectorInsertTables are the tables the detector writes: alert state (migrations/000001),
-// webhook delivery attempts (migrations/000004) and diagnose's baseline hours, which it keeps
-// computed (migrations/000017). Every other table is read-only to it.
-var DetectorInsertTables = []string{"alerts", "alert_deliveries", "diagnose_hourly"}
+// webhook delivery attempts (migrations/000004), diagnose's baseline hours, which it keeps
+// computed (migrations/000017), and the SLOs and engines file it loaded (migrations/000040 and
+// 000041). Every other table is read-only to it.
+var DetectorInsertTables = []string{"alerts", "alert_deliveries", "diagnose_hourly", "slo_objectives", "engine_config"}
 
 // ConsumerInsertTables are the tables the consumer writes: one landing table per event kind and
 // ingest_errors (migrations/000001). The consumer reads nothing but system.columns (its start-up

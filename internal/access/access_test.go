@@ -11,12 +11,14 @@ import (
 
 	consolepanels "github.com/servescope/servescope/deploy/console"
 	builtin "github.com/servescope/servescope/deploy/detector"
+	"github.com/servescope/servescope/dev/requestfixture"
 	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/internal/access"
 	"github.com/servescope/servescope/internal/access/accesstest"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/internal/panels"
+	"github.com/servescope/servescope/internal/requestview"
 	"github.com/servescope/servescope/services/consumer/sink"
 	"github.com/servescope/servescope/services/detector/rules"
 )
@@ -89,8 +91,11 @@ func TestClickHouseLeastPrivilege(t *testing.T) {
 		}
 		for _, table := range access.DetectorInsertTables {
 			stmt := "INSERT INTO " + table + " (ts) VALUES (now64(6))"
-			if table == "diagnose_hourly" {
+			switch table {
+			case "diagnose_hourly":
 				stmt = "INSERT INTO diagnose_hourly (hour) VALUES (toStartOfHour(now()))"
+			case "slo_objectives", "engine_config":
+				stmt = "INSERT INTO " + table + " (loaded_at) VALUES (now64(6))"
 			}
 			if err := detector.Exec(ctx, stmt); err != nil {
 				t.Errorf("insert into %s as detector: %v", table, err)
@@ -148,6 +153,26 @@ func TestClickHouseLeastPrivilege(t *testing.T) {
 				rows.Close()
 			}
 		}
+		// The request page and the slowest-requests lists read as the console does, without text;
+		// asking for the text is refused.
+		story := requestfixture.Tell(requestfixture.Overload("vllm-0"), time.Now().UTC().Add(-10*time.Minute))
+		if err := requestfixture.Insert(ctx, root, story.Events...); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := requestview.Find(ctx, console, story.ResponseID)
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("find a request as console: %v, %v", ms, err)
+		}
+		if r, err := requestview.Load(ctx, console, ms[0], requestview.Options{}); err != nil || r.Engine == nil || r.State == nil {
+			t.Errorf("the request page as console: %+v, %v", r, err)
+		}
+		for _, order := range requestview.SlowOrders {
+			if _, err := requestview.Slowest(ctx, console, time.Now().Add(-time.Hour), time.Now(), "", "", order, false, 10); err != nil {
+				t.Errorf("the slowest requests by %s as console: %v", order, err)
+			}
+		}
+		_, err = requestview.Load(ctx, console, ms[0], requestview.Options{Content: true})
+		wantCode(t, "the request's text as console", err, codeAccessDenied)
 		// Captured prompt and output text stay out of its reach unless ConsoleContent says so.
 		for _, col := range access.ContentColumns["requests"] {
 			var s string

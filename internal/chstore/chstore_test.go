@@ -11,8 +11,8 @@ import (
 	"github.com/servescope/servescope/internal/chstore"
 )
 
-// contract is the tables and views that other parts and users' saved queries rely on (the README's
-// "Schema and storage" names them), each with key columns it must keep.
+// contract is the tables and views that other parts and users' saved queries rely on (docs/concepts.md,
+// "What is recorded", names them), each with key columns it must keep.
 var contract = map[string][]string{
 	"requests_started": {"request_id", "arrival_ts", "model", "stream"},
 	"requests": {"request_id", "arrival_ts", "finished_ts", "model", "endpoint", "stream", "status_code", "error_layer", "error_message",

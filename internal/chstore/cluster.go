@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"strings"
 	"testing/fstest"
 
 	"github.com/servescope/servescope/internal/config"
@@ -77,12 +78,24 @@ var ShardedObjects = []ShardedObject{
 // request_timings_sampled, request_phases_sampled). Each view
 // groups by request or by engine, which the sharding keys keep on one shard — except app_traces,
 // which groups an application's records by trace: a trace whose records carry different
-// request_ids can be split over shards and then yields one row per shard (README, "Running past
-// one machine").
+// request_ids can be split over shards and then yields one row per shard (docs/operations/cluster.md,
+// "ClickHouse: shards").
 var ParameterizedViews = []string{
 	"engine_window_histograms", "engine_window_averages", "engine_requests", "app_requests", "app_traces", "request_facts_window",
-	"request_timings_window", "request_timings_sampled", "request_phases_sampled",
+	"request_timings_window", "request_timings_sampled", "request_phases_sampled", "slo_requests_window",
 }
+
+// NodeTables are small tables of configuration that every node holds whole in its local
+// database, because the parameterized views each shard runs read them there (slo_requests_window
+// judges a shard's requests by slo_objectives): their writer writes every node (EveryNode). In
+// cfg.Database each is a view of the node's own copy.
+var NodeTables = []string{"slo_objectives", "engine_config"}
+
+// MainViews are views that must see every shard's rows at once: they aggregate over requests and
+// engines, which live on different shards (the engines' samples shard by engine, the requests by
+// request). In cfg.Database each is the local view's own definition, whose unqualified names
+// resolve to cfg.Database's Distributed tables and wrappers when it runs.
+var MainViews = []string{"slo_goodput", "slo_error_budget", "cost_window", "capacity_window"}
 
 // windowArgs passes a parameterized view's parameters on to the local view it wraps.
 const windowArgs = "from = {from:DateTime64(6, 'UTC')}, to = {to:DateTime64(6, 'UTC')}"
@@ -188,6 +201,27 @@ func createDistributed(ctx context.Context, cfg config.ClickHouse) error {
 			cfg.Database, name, cfg.Cluster, local, name, windowArgs)
 		if err := conn.Exec(ctx, q); err != nil {
 			return fmt.Errorf("create view %s.%s over cluster %s: %w", cfg.Database, name, cfg.Cluster, err)
+		}
+	}
+	for _, name := range NodeTables {
+		q := fmt.Sprintf("CREATE OR REPLACE VIEW `%s`.`%s` AS SELECT * FROM `%s`.`%s`", cfg.Database, name, local, name)
+		if err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("create view %s.%s of the node's own copy: %w", cfg.Database, name, err)
+		}
+	}
+	for _, name := range MainViews {
+		var create string
+		if err := conn.QueryRow(WithParams(ctx, map[string]string{"db": local, "name": name}),
+			"SELECT create_table_query FROM system.tables WHERE database = {db:String} AND name = {name:String}").Scan(&create); err != nil {
+			return fmt.Errorf("read the definition of view %s.%s: %w", local, name, err)
+		}
+		head := "CREATE VIEW " + local + "." + name + " "
+		if !strings.HasPrefix(create, head) {
+			return fmt.Errorf("view %s.%s: its definition does not start with %q", local, name, head)
+		}
+		q := fmt.Sprintf("CREATE OR REPLACE VIEW `%s`.`%s` %s", cfg.Database, name, strings.TrimPrefix(create, head))
+		if err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("create view %s.%s over the cluster-wide tables: %w", cfg.Database, name, err)
 		}
 	}
 	return nil

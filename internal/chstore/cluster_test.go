@@ -43,6 +43,8 @@ func TestShardedObjectsCoverTheSchema(t *testing.T) {
 		want = append(want, o.Name)
 	}
 	want = append(want, chstore.ParameterizedViews...)
+	want = append(want, chstore.NodeTables...)
+	want = append(want, chstore.MainViews...)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("the migrations create %v;\nShardedObjects and ParameterizedViews name %v", got, want)
@@ -140,13 +142,15 @@ func TestReplicatedSchemaIsAcceptedWithZooKeeper(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	// Every landing and detector table: the ShardedObjects with a sharding key.
+	// Every landing and detector table: the ShardedObjects with a sharding key, and the tables
+	// every node holds whole.
 	var want []string
 	for _, o := range chstore.ShardedObjects {
 		if o.ShardingKey != "" {
 			want = append(want, o.Name)
 		}
 	}
+	want = append(want, chstore.NodeTables...)
 	slices.Sort(want)
 	if !slices.Equal(got, want) || created != len(want) {
 		t.Errorf("%d CREATE TABLE statements made %v, want %v", created, got, want)

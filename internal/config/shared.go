@@ -32,7 +32,7 @@ type NATS struct {
 	TokenFile string `env:"SERVESCOPE_NATS_TOKEN_FILE"`
 	// CredsFile is a NATS .creds file (JWT + nkey seed).
 	CredsFile string `env:"SERVESCOPE_NATS_CREDS_FILE"`
-	// TLS turns on TLS; CA, Cert and Key are PEM files (Cert and Key for mutual TLS).
+	// TLS turns on TLS; TLSCA, TLSCert and TLSKey are PEM files (TLSCert and TLSKey for mutual TLS).
 	TLS     bool   `env:"SERVESCOPE_NATS_TLS"`
 	TLSCA   string `env:"SERVESCOPE_NATS_TLS_CA"`
 	TLSCert string `env:"SERVESCOPE_NATS_TLS_CERT"`

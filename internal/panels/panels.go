@@ -9,7 +9,8 @@
 //	name: ttft                      # lower case, digits, '_'
 //	row: TTFT, TPOT, E2E - p50 and p95   # the row of the minimal dashboard (docs/measurements.md) it belongs to
 //	title: TTFT - time to first token
-//	unit: s                         # s, requests, share (a fraction 0..1) or score; unit_right for axis right
+//	unit: s                         # s, requests, share (a fraction 0..1), score, tokens, tokens_per_s,
+//	                                # requests_per_s, ratio (a multiple, ×) or usd (money); unit_right for axis right
 //	split: engine                   # optional: the column naming each series of long-form rows
 //	stack: true                     # optional: stacked areas
 //	rule: latency_p95               # optional: the detector rule watching it (its params, window, baseline)
@@ -43,6 +44,9 @@
 //	                       and the table never show two numbers for one quantity; in Grafana, and
 //	                       in the console under an app or engine filter (diagnose reads all apps
 //	                       and engines), the SQL expression expr over the baseline rows
+//	{{baseline_from}}, {{baseline_to}}  the baseline period's ends, for a parameterized view's
+//	                       range (the period {{baseline}} selects)
+//	{{step_s}}             the length of an interval in seconds      Grafana: $__interval_s
 //
 // In the console every value is a query parameter ({from:DateTime64(6, 'UTC')}, {f_model:String},
 // {p_ratio:Float64}, ...): no filter or parameter is ever spliced into the SQL text.
@@ -148,7 +152,7 @@ var Filters = []string{"model", "app", "engine"}
 var (
 	nameRE  = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 	identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]*$`)
-	units   = map[string]bool{"s": true, "requests": true, "share": true, "score": true}
+	units   = map[string]bool{"s": true, "requests": true, "share": true, "score": true, "tokens": true, "tokens_per_s": true, "requests_per_s": true, "ratio": true, "usd": true}
 )
 
 // Load reads every *.yaml file directly in dir of fsys, sorted by name (the console's order), and
@@ -212,8 +216,8 @@ func (p *Panel) bind(rulesByName map[string]*rules.Definition) error {
 	if p.Title == "" || p.Row == "" || p.Action == "" || p.AlertWhen == "" || p.Why == "" {
 		return fmt.Errorf("panel %s: title, row, alert_when, why and action are required", p.Name)
 	}
-	if !units[p.Unit] {
-		return fmt.Errorf("panel %s: unit %q: want s, requests, share or score", p.Name, p.Unit)
+	if !units[p.Unit] || (p.UnitRight != "" && !units[p.UnitRight]) {
+		return fmt.Errorf("panel %s: unit %q, unit_right %q: want s, requests, share, score, tokens, tokens_per_s, requests_per_s, ratio or usd", p.Name, p.Unit, p.UnitRight)
 	}
 	if p.Rule != "" {
 		p.RuleDef = rulesByName[p.Rule]
@@ -449,6 +453,19 @@ func (p *Panel) render(k Kind, t Target, figure func(key string)) (string, error
 			// condition: `if(1, const, avg(x))` alone is `const`, a column of every row, not one.
 			return fmt.Sprintf("(if({figures:UInt8} = 1, {bf_%s:Nullable(Float64)}, (%s)) + 0 * count())", key, expr), nil
 		},
+		"baseline_from": func() string {
+			if t == Grafana {
+				return fmt.Sprintf("($__fromTime - INTERVAL %d SECOND)", int64((b.Offset+b.Length)/time.Second))
+			}
+			return chBaseFrom
+		},
+		"baseline_to": func() string {
+			if t == Grafana {
+				return fmt.Sprintf("($__fromTime - INTERVAL %d SECOND)", int64(b.Offset/time.Second))
+			}
+			return chBaseTo
+		},
+		"step_s": func() string { return pick(t, chStep, "$__interval_s") },
 	}
 	tpl, err := template.New(p.Name).Option("missingkey=error").Funcs(funcs).Parse(text)
 	if err != nil {

@@ -95,3 +95,7 @@ func engineSettings(msg string) settings {
 	}
 	return s
 }
+
+// MaxNumSeqs is the slot limit (vLLM's max_num_seqs) a start-up line of the engine's log gives, ""
+// when the line is no start-up line or names none.
+func MaxNumSeqs(message string) string { return engineSettings(message).maxSeqs }

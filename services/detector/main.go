@@ -55,14 +55,14 @@ func command(stdout io.Writer) *svc.Command {
 		if err != nil {
 			return err
 		}
-		defs, err := service.LoadRules(cfg.RulesDir)
+		l, err := service.Load(cfg)
 		if err != nil {
 			return err
 		}
 		if *once {
-			return replay(ctx, cfg, defs, at, stdout, log)
+			return replay(ctx, cfg, l.Rules, at, stdout, log)
 		}
-		return service.Serve(ctx, cfg, defs, nil, log)
+		return service.Serve(ctx, cfg, l.Rules, nil, log)
 	}
 	return c
 }

@@ -13,6 +13,8 @@ import (
 
 // accessSettings are the least-privilege accounts' names and passwords.
 type accessSettings struct {
+	// DetectorUser and DetectorPassword (or DetectorPasswordFile) are the detector's account,
+	// ConsumerUser and ConsumerPassword (or ConsumerPasswordFile) the consumer's.
 	DetectorUser         string `env:"SERVESCOPE_DETECTOR_CLICKHOUSE_USER" envDefault:"servescope_detector"`
 	DetectorPassword     string `env:"SERVESCOPE_DETECTOR_CLICKHOUSE_PASSWORD"`
 	DetectorPasswordFile string `env:"SERVESCOPE_DETECTOR_CLICKHOUSE_PASSWORD_FILE,file"`

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servescope/servescope/internal/baseline"
+	"github.com/servescope/servescope/internal/capacity"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/internal/diagnose"
@@ -33,7 +34,10 @@ leave their signature on (tokens in/out, queue wait, prefill, TTFT, TPOT, decode
 running/waiting/KV maxima, error rates, length stops, top retrieval score, wrong-script share),
 prints them side by side, and walks the hypotheses: queue-dominated overload, long prompts, long
 outputs, generation contention, retrieval drift or version change, wrong-language output, engine
-crash. Each conclusion names its numbers and what they could not rule out.
+crash. Each conclusion names its numbers and what they could not rule out. Then, per engine, the
+capacity headroom over the window (capacity_window, docs/slo.md): the arrival rate, Little's law,
+the slot and KV limits, which comes first and the arrival rate at which requests start to queue,
+with the arithmetic.
 
 The window is also read at the resolution of the detector's rules: each hypothesis on windows of
 its rule's length (overlapping by half), reporting the worst; and the alerts the detector fired in
@@ -107,23 +111,37 @@ window holds no record.`,
 				}
 				verdict = &v
 			}
+			// The headroom is read after the diagnosis and never fails it: a schema without
+			// migrations/000041 says so in its place.
+			engines, capErr := capacity.Read(cmd.Context(), conn, window.From, window.To, model)
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
-				if verdict != nil {
-					return enc.Encode(struct {
-						Verdict diagnose.Verdict `json:"verdict"`
-						Report  diagnose.Report  `json:"report"`
-					}{*verdict, rep})
+				out := struct {
+					Verdict *diagnose.Verdict `json:"verdict,omitempty"`
+					diagnose.Report
+					Capacity      []capacity.Engine `json:"capacity"`
+					CapacityError string            `json:"capacity_error,omitempty"`
+				}{Verdict: verdict, Report: rep, Capacity: engines}
+				if capErr != nil {
+					out.CapacityError = capErr.Error()
 				}
-				return enc.Encode(rep)
+				return enc.Encode(out)
 			}
 			if verdict != nil {
 				if err := rep.WriteVerdict(cmd.OutOrStdout(), *verdict); err != nil {
 					return err
 				}
 			}
-			return rep.WriteText(cmd.OutOrStdout())
+			if err := rep.WriteText(cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			if capErr != nil {
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "capacity: cannot tell: %v\n", capErr)
+				return err
+			}
+			return capacity.WriteText(cmd.OutOrStdout(), engines)
 		},
 	}
 	fl := cmd.Flags()

@@ -39,8 +39,8 @@ func newMigrateCmd() *cobra.Command {
 		Long: "Creates the ClickHouse database if needed and applies every pending migration (with\n" +
 			"SERVESCOPE_CLICKHOUSE_CLUSTER set: on every node, with Distributed tables), then runs\n" +
 			"`servescope streams up`: creates the events and dead-letter streams and the consumer's durable\n" +
-			"consumer, or updates them to SERVESCOPE_STREAM_* and CONSUMER_* (see the README). The services only\n" +
-			"check these resources; this command is their one owner.",
+			"consumer, or updates them to SERVESCOPE_STREAM_* and CONSUMER_* (docs/operations/upgrades.md).\n" +
+			"The services only check these resources; this command is their one owner.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load[config.ClickHouse]()

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/spf13/cobra"
 
 	builtin "github.com/servescope/servescope/deploy/detector"
@@ -19,6 +20,7 @@ import (
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/services/detector/rules"
 	"github.com/servescope/servescope/services/detector/rulestest"
+	"github.com/servescope/servescope/services/detector/slo"
 )
 
 // rulesConfig is what `rules check` and `rules test` read: the ClickHouse server and the
@@ -28,6 +30,9 @@ type rulesConfig struct {
 	// RulesDir is the detector's DETECTOR_RULES_DIR, checked with the built-in rules when no file
 	// is named.
 	RulesDir string `env:"DETECTOR_RULES_DIR"`
+	// SLOsDir is the detector's DETECTOR_SLOS_DIR, checked with the built-in SLOs when no file is
+	// named.
+	SLOsDir string `env:"DETECTOR_SLOS_DIR"`
 }
 
 func newRulesCmd() *cobra.Command {
@@ -42,8 +47,10 @@ func newRulesCmd() *cobra.Command {
 			"summary and description templates rendered for sample rows), then runs its query on the\n" +
 			"ClickHouse database of SERVESCOPE_CLICKHOUSE_* with the parameters the detector binds: EXPLAIN\n" +
 			"(unknown tables, columns, functions, a {name:Type} parameter the rule does not set), then once\n" +
-			"over an empty window (the result's columns). Without arguments: the built-in rules and the\n" +
-			"*.yaml files of DETECTOR_RULES_DIR. A directory stands for its *.yaml and *.yml files.\n" +
+			"over an empty window (the result's columns). An SLO file (one with objectives:, see\n" +
+			"docs/slo.md) is checked as the detector loads it, and each burn-rate rule it generates as a\n" +
+			"rule file. Without arguments: the built-in rules and SLOs and the *.yaml files of\n" +
+			"DETECTOR_RULES_DIR and DETECTOR_SLOS_DIR. A directory stands for its *.yaml and *.yml files.\n" +
 			"Prints one line per file, with file:line for an error; exits 1 when any file has one.",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := config.Load[rulesConfig]()
@@ -53,6 +60,13 @@ func newRulesCmd() *cobra.Command {
 			files, err := ruleFiles(args, cfg.RulesDir)
 			if err != nil {
 				return err
+			}
+			if len(args) == 0 {
+				sloFiles, err := builtinSLOFiles(cfg.SLOsDir)
+				if err != nil {
+					return err
+				}
+				files = append(files, sloFiles...)
 			}
 			conn, err := chstore.Open(cmd.Context(), cfg.ClickHouse)
 			if err != nil {
@@ -71,6 +85,16 @@ func newRulesCmd() *cobra.Command {
 				}
 			}
 			for _, f := range files {
+				if f.isSLO() {
+					ok, err := checkSLO(cmd, conn, f, out)
+					if err != nil {
+						return err
+					}
+					if !ok {
+						bad++
+					}
+					continue
+				}
 				d, err := f.parse()
 				if err == nil {
 					err = rules.Check(cmd.Context(), conn, d)
@@ -127,6 +151,9 @@ func newRulesCmd() *cobra.Command {
 			if opts.Builtin, err = rules.Load(builtin.Rules, builtin.RulesDir); err != nil {
 				return fmt.Errorf("built-in rules: %w", err)
 			}
+			if opts.BuiltinSLOs, err = slo.LoadBuiltin(builtin.SLOs, builtin.SLOsDir, builtin.RepoDir); err != nil {
+				return fmt.Errorf("built-in SLOs: %w", err)
+			}
 			files, err := testFiles(args)
 			if err != nil {
 				return err
@@ -151,6 +178,67 @@ func (f ruleFile) parse() (*rules.Definition, error) {
 		return rules.Parse(f.name, f.data)
 	}
 	return rules.ParseFile(f.name)
+}
+
+// isSLO reports whether the file is an SLO file (a top-level objectives key).
+func (f *ruleFile) isSLO() bool {
+	if f.data == nil && !f.builtin {
+		f.data, _ = os.ReadFile(f.name)
+	}
+	return slo.IsSLOFile(f.data)
+}
+
+// builtinSLOFiles lists the built-in SLO files and those of dir (when not empty).
+func builtinSLOFiles(dir string) ([]ruleFile, error) {
+	var out []ruleFile
+	entries, err := fs.ReadDir(builtin.SLOs, builtin.SLOsDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		data, err := fs.ReadFile(builtin.SLOs, path.Join(builtin.SLOsDir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ruleFile{name: path.Join(builtin.RepoDir, builtin.SLOsDir, e.Name()), builtin: true, data: data})
+	}
+	if dir == "" {
+		return out, nil
+	}
+	user, err := ruleFiles([]string{dir}, "")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, user...), nil
+}
+
+// checkSLO checks an SLO file: it parses as the detector loads it, and each rule it generates
+// passes rules.Check. It prints ok or FAIL as the rule files' lines; an error means the check
+// could not run (ClickHouse unreachable).
+func checkSLO(cmd *cobra.Command, conn driver.Conn, f ruleFile, out io.Writer) (bool, error) {
+	d, err := slo.Parse(f.name, f.data)
+	var names []string
+	if err == nil {
+		var rs []*rules.Definition
+		if rs, err = d.Rules(); err == nil {
+			for _, r := range rs {
+				names = append(names, r.Name)
+				if err = rules.Check(cmd.Context(), conn, r); err != nil {
+					if !rules.IsServerVerdict(err) {
+						return false, fmt.Errorf("check %s: %w", f.name, err)
+					}
+					err = fmt.Errorf("generated rule %s: %w", r.Name, err)
+					break
+				}
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(out, "FAIL %v\n", err)
+		return false, nil
+	}
+	fmt.Fprintf(out, "ok   %s (slo %s: rules %s)\n", f.name, d.Name, strings.Join(names, ", "))
+	return true, nil
 }
 
 // ruleFiles lists the files named by args (files, or directories of *.yaml and *.yml), or without

@@ -37,23 +37,40 @@ import (
 )
 
 type settings struct {
-	ListenAddr          string        `env:"RAGDEMO_LISTEN_ADDR" envDefault:":8090"`
-	GatewayURL          string        `env:"RAGDEMO_GATEWAY_URL" envDefault:"http://127.0.0.1:8080"`
-	Model               string        `env:"RAGDEMO_MODEL" envDefault:"servescope/sim-7b"`
-	IndexEmbeddingModel string        `env:"RAGDEMO_INDEX_EMBEDDING_MODEL" envDefault:"hash-embed-v1"`
-	QueryEmbeddingModel string        `env:"RAGDEMO_QUERY_EMBEDDING_MODEL" envDefault:"hash-embed-v1"`
-	EmbeddingDim        int           `env:"RAGDEMO_EMBEDDING_DIM" envDefault:"192"`
-	CorpusVersion       string        `env:"RAGDEMO_CORPUS_VERSION" envDefault:"corpus-2026-11"`
-	TopK                int           `env:"RAGDEMO_TOP_K" envDefault:"4"`
-	MaxTokens           int           `env:"RAGDEMO_MAX_TOKENS" envDefault:"128"`
-	PromptVersion       string        `env:"RAGDEMO_PROMPT_VERSION" envDefault:"rag-prompt-v3"`
-	ConfigVersion       string        `env:"RAGDEMO_CONFIG_VERSION" envDefault:"ragdemo-config-1"`
-	CacheSize           int           `env:"RAGDEMO_CACHE_SIZE" envDefault:"256"`
-	Timeout             time.Duration `env:"RAGDEMO_TIMEOUT" envDefault:"120s"`
-	AdminToken          string        `env:"RAGDEMO_ADMIN_TOKEN"`
-	SpoolDir            string        `env:"RAGDEMO_SPOOL_DIR" envDefault:"/tmp/servescope-ragdemo-spool"`
-	Report              string        `env:"RAGDEMO_REPORT" envDefault:"app.record"`
-	NATS                config.NATS
+	// ListenAddr is where POST /ask and the admin endpoints are served.
+	ListenAddr string `env:"RAGDEMO_LISTEN_ADDR" envDefault:":8090"`
+	// GatewayURL is the servescope gateway's base URL (the OpenAI-compatible endpoint).
+	GatewayURL string `env:"RAGDEMO_GATEWAY_URL" envDefault:"http://127.0.0.1:8080"`
+	// Model is the model asked for.
+	Model string `env:"RAGDEMO_MODEL" envDefault:"servescope/sim-7b"`
+	// IndexEmbeddingModel is the embedding model the index is built with.
+	IndexEmbeddingModel string `env:"RAGDEMO_INDEX_EMBEDDING_MODEL" envDefault:"hash-embed-v1"`
+	// QueryEmbeddingModel is the embedding model queries are embedded with; another version than
+	// the index's reproduces the silent retrieval failure (POST /admin/embedding-model switches it).
+	QueryEmbeddingModel string `env:"RAGDEMO_QUERY_EMBEDDING_MODEL" envDefault:"hash-embed-v1"`
+	// EmbeddingDim is the embedding size.
+	EmbeddingDim int `env:"RAGDEMO_EMBEDDING_DIM" envDefault:"192"`
+	// CorpusVersion names the corpus snapshot; the index version is "<corpus>@<embedding model>".
+	CorpusVersion string `env:"RAGDEMO_CORPUS_VERSION" envDefault:"corpus-2026-11"`
+	// TopK is how many passages go into the prompt.
+	TopK int `env:"RAGDEMO_TOP_K" envDefault:"4"`
+	// MaxTokens is the answer's max_tokens.
+	MaxTokens int `env:"RAGDEMO_MAX_TOKENS" envDefault:"128"`
+	// PromptVersion and ConfigVersion label the prompt template and the app's configuration.
+	PromptVersion string `env:"RAGDEMO_PROMPT_VERSION" envDefault:"rag-prompt-v3"`
+	ConfigVersion string `env:"RAGDEMO_CONFIG_VERSION" envDefault:"ragdemo-config-1"`
+	// CacheSize is the answer cache's size in entries (0 disables it).
+	CacheSize int `env:"RAGDEMO_CACHE_SIZE" envDefault:"256"`
+	// Timeout bounds one call to the gateway.
+	Timeout time.Duration `env:"RAGDEMO_TIMEOUT" envDefault:"120s"`
+	// AdminToken is the bearer token POST /admin/embedding-model requires.
+	AdminToken string `env:"RAGDEMO_ADMIN_TOKEN"`
+	// SpoolDir holds the publisher's on-disk spool of app.records NATS has not acknowledged.
+	SpoolDir string `env:"RAGDEMO_SPOOL_DIR" envDefault:"/tmp/servescope-ragdemo-spool"`
+	// Report is how each answer is recorded: app.record (published to NATS), otel (spans to the
+	// OTLP endpoint of OTEL_EXPORTER_OTLP_ENDPOINT, for the collector) or both.
+	Report string `env:"RAGDEMO_REPORT" envDefault:"app.record"`
+	NATS   config.NATS
 }
 
 func main() { command().Main() }

@@ -1,6 +1,6 @@
 // Command benchhistory times what a user and the detector run over a window against a short and
 // a long history, side by side in one run (scripts/bench history): every built-in detector rule,
-// `servescope diagnose` of the last hour, and the README's ready SQL should cost the same
+// `servescope diagnose` of the last hour, and the SQL cookbook's queries should cost the same
 // whether a day or a month lies behind the window.
 //
 // Method. A private ClickHouse server (the dev build, on free ports, its data in a temporary
@@ -13,7 +13,7 @@
 // and given by name (-long-database, -short-database, -end, -addr). Every rule is evaluated at
 // now (rules.SQLRule.Eval), diagnose runs on [now − 1 h, now) (diagnose.Run, its 24 h baseline
 // before it, whose hours diagnose.Warm computes into diagnose_hourly first, as the detector does,
-// timed apart), and every ```sql block of README.md runs as written; each -rounds times on each
+// timed apart), and every query of docs/sql-cookbook.md runs as written (docs.Statements); each -rounds times on each
 // database, interleaved so outside load falls on both alike, with the query cache off. The
 // figure is the median time per query and database, and the ratio long ÷ short.
 //
@@ -30,7 +30,6 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
-	"strings"
 	"syscall"
 	"time"
 
@@ -38,6 +37,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/servescope/servescope/dev/benchkit"
+	"github.com/servescope/servescope/docs"
 	"github.com/servescope/servescope/internal/diagnose"
 	"github.com/servescope/servescope/internal/service"
 	"github.com/servescope/servescope/services/detector/rules"
@@ -49,7 +49,6 @@ type settings struct {
 	rounds      int
 	targetRatio float64
 	targetMs    float64
-	readme      string
 	rulesDir    string
 	addr        string
 	timeout     time.Duration
@@ -58,13 +57,12 @@ type settings struct {
 func main() { command().Main() }
 
 func command() *service.Command {
-	c := service.NewCommand("bench-history", "Usage: bench-history [flags]\n\nThe engine of scripts/bench history: detector rules, diagnose and the README queries on a short and a long generated history.")
+	c := service.NewCommand("bench-history", "Usage: bench-history [flags]\n\nThe engine of scripts/bench history: detector rules, diagnose and the SQL cookbook's queries on a short and a long generated history.")
 	var s settings
 	s.history.Register(c.Flags, time.Minute)
 	c.Flags.IntVar(&s.rounds, "rounds", 5, "timed runs of each query per database (median)")
 	c.Flags.Float64Var(&s.targetRatio, "target-ratio", 1.5, "max long ÷ short time per query")
 	c.Flags.Float64Var(&s.targetMs, "target-ms", 1000, "max time per query on the long history, milliseconds")
-	c.Flags.StringVar(&s.readme, "readme", "README.md", "the README whose ```sql blocks are timed")
 	c.Flags.StringVar(&s.rulesDir, "rules-dir", "", "detector rules merged over the built-in ones (DETECTOR_RULES_DIR)")
 	c.Flags.StringVar(&s.addr, "addr", "", "use this ClickHouse (native host:port) instead of a private server")
 	c.Flags.DurationVar(&s.timeout, "query-timeout", 2*time.Minute, "a query still running after this is cancelled and counted as this long and missed")
@@ -80,39 +78,31 @@ type query struct {
 	run  func(ctx context.Context, conn driver.Conn, at time.Time) error
 }
 
-// readmeQueries are the statements of the README's ```sql blocks, named by their first
-// FROM (a query's table or view) and their place.
-func readmeQueries(path string) ([]query, error) {
-	raw, err := os.ReadFile(path)
+// cookbookQueries are the statements of the SQL cookbook (docs/sql-cookbook.md), named by their
+// first FROM (a query's table or view) and their place.
+func cookbookQueries() ([]query, error) {
+	stmts, err := docs.Statements("sql-cookbook.md")
 	if err != nil {
 		return nil, err
 	}
 	var out []query
 	from := regexp.MustCompile(`(?i)\bFROM\s+([a-z_]+)`)
-	for _, b := range regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(string(raw), -1) {
-		for _, q := range strings.Split(b[1], ";") {
-			if q = strings.TrimSpace(q); q == "" {
-				continue
-			}
-			name := fmt.Sprintf("readme_%d", len(out)+1)
-			if m := from.FindStringSubmatch(q); m != nil {
-				name += "_" + m[1]
-			}
-			out = append(out, query{name: name, run: func(ctx context.Context, conn driver.Conn, _ time.Time) error {
-				rows, err := conn.Query(ctx, q)
-				if err != nil {
-					return err
-				}
-				for rows.Next() {
-				}
-				err = rows.Err()
-				rows.Close()
-				return err
-			}})
+	for _, q := range stmts {
+		name := fmt.Sprintf("cookbook_%d", len(out)+1)
+		if m := from.FindStringSubmatch(q); m != nil {
+			name += "_" + m[1]
 		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no ```sql blocks in %s", path)
+		out = append(out, query{name: name, run: func(ctx context.Context, conn driver.Conn, _ time.Time) error {
+			rows, err := conn.Query(ctx, q)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+			}
+			err = rows.Err()
+			rows.Close()
+			return err
+		}})
 	}
 	return out, nil
 }
@@ -156,11 +146,11 @@ func run(log *slog.Logger, s settings) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	readme, err := readmeQueries(s.readme)
+	cookbook, err := cookbookQueries()
 	if err != nil {
 		return false, err
 	}
-	queries = append(append(queries, diagnoseQuery), readme...)
+	queries = append(append(queries, diagnoseQuery), cookbook...)
 	cfg, stopServer, err := benchkit.ClickHouse(ctx, s.addr == "", s.addr, log)
 	if err != nil {
 		return false, err
@@ -171,7 +161,7 @@ func run(log *slog.Logger, s settings) (bool, error) {
 		return false, err
 	}
 	defer h.Close()
-	// The README's queries read windows ending at now(); the rules and diagnose read the same.
+	// The cookbook's queries read windows ending at now(); the rules and diagnose read the same.
 	at := time.Now().UTC().Truncate(time.Second)
 	if at.After(h.Spec.End) {
 		log.Warn("the history ended before now: the newest windows are partly empty", "end", h.Spec.End, "now", at)

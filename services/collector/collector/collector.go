@@ -57,32 +57,35 @@ type Config struct {
 	// LogFiles are vLLM log files to follow, comma-separated; an entry "name=PATH" names the
 	// engine of that log.
 	LogFiles []string `env:"COLLECTOR_LOG_FILES" envSeparator:","`
-	// Engine names the engine of logs without a name and of spans (see SpanNaming); default: the
-	// name of the only target, or "vllm".
+	// Engine names the engine of logs without a name and of spans (SpanNaming; docs/architecture.md,
+	// "The engine of a span"); default: the name of the only target, or "vllm".
 	Engine string `env:"COLLECTOR_ENGINE"`
 	// LogTimezone is the IANA time zone of vLLM's log timestamps (vLLM writes local time).
 	LogTimezone string `env:"COLLECTOR_LOG_TIMEZONE" envDefault:"UTC"`
 	// LogPollInterval is how often followed files are checked for new data and rotation.
 	LogPollInterval time.Duration `env:"COLLECTOR_LOG_POLL_INTERVAL" envDefault:"250ms"`
 	// LogRotateWait is how long a followed file renamed away by a rotation is still read, for
-	// the lines its writer appends before reopening (see logship.Follower.RotateWait).
+	// the lines its writer appends before it reopens the path (Fluent Bit's Rotate_Wait). Make it
+	// longer than the writer's reopen delay: lines written to the old file later are not read,
+	// nor, after a collector restart within the wait, the rest of the old file.
 	LogRotateWait time.Duration `env:"COLLECTOR_LOG_ROTATE_WAIT" envDefault:"5s"`
 	// MetricsAddr serves the collector's own /metrics, /healthz and /readyz (host:port, or "off").
 	MetricsAddr string `env:"COLLECTOR_METRICS_ADDR" envDefault:":9103"`
-	// StateDir holds the log offsets file (log-offsets.json).
+	// StateDir holds the log offsets file (log-offsets.json), saved every second, so a restart
+	// resends no line (a crash resends up to a second of them). One directory per collector.
 	StateDir string `env:"COLLECTOR_STATE_DIR" envDefault:"/var/lib/servescope/collector"`
 	// SpoolDir is the publisher's on-disk spool for events NATS has not acknowledged.
 	SpoolDir string `env:"COLLECTOR_SPOOL_DIR" envDefault:"/var/lib/servescope/collector-spool"`
-	// SpoolMaxBytes caps the spool (default 1 GiB).
+	// SpoolMaxBytes caps the spool; events beyond it are dropped, counted and logged as errors.
 	SpoolMaxBytes int64 `env:"COLLECTOR_SPOOL_MAX_BYTES" envDefault:"1073741824"`
-	// SpoolFsync is the spool's sync policy: always, interval or never.
+	// SpoolFsync is the spool's sync policy: always, interval (every second) or never.
 	SpoolFsync string `env:"COLLECTOR_SPOOL_FSYNC" envDefault:"interval"`
 	// ShutdownTimeout bounds the flush of queued events at exit.
 	ShutdownTimeout time.Duration `env:"COLLECTOR_SHUTDOWN_TIMEOUT" envDefault:"10s"`
 
 	// Lease makes each engine's scrapes the job of one collector at a time among those sharing
 	// the lease bucket the setup step made on NATS: the holder of the engine's lease
-	// (LeaseKey) scrapes it, the others stand by and take over within about 1¼ ×
+	// (key scrape.<engine>-<hash> in the bucket SERVESCOPE_LEASES) scrapes it, the others stand by and take over within about 1¼ ×
 	// SERVESCOPE_LEASE_TTL of its death. Spans and logs are not affected (each arrives at one
 	// collector anyway).
 	Lease bool `env:"COLLECTOR_LEASE"`
@@ -90,15 +93,18 @@ type Config struct {
 	Instance string `env:"COLLECTOR_INSTANCE"`
 
 	// AppSpans turns applications' spans (OpenTelemetry GenAI, OpenInference, OpenLLMetry)
-	// received on the OTLP listeners into app.records (package apptrace); false ignores them.
+	// received on the OTLP listeners into app.records (package apptrace, docs/otel-app-spans.md);
+	// false ignores them.
 	AppSpans bool `env:"COLLECTOR_APP_SPANS" envDefault:"true"`
-	// AppMaxTraces bounds the application traces waiting for their root.
+	// AppMaxTraces bounds the application traces waiting for their root; when a bound of the
+	// waiting traces is reached, the oldest is published early.
 	AppMaxTraces int `env:"COLLECTOR_APP_MAX_TRACES" envDefault:"10000"`
 	// AppMaxSpansPerTrace bounds the spans kept per application trace.
 	AppMaxSpansPerTrace int `env:"COLLECTOR_APP_MAX_SPANS_PER_TRACE" envDefault:"512"`
 	// AppMaxBytes bounds the facts kept for all waiting application traces (at least 2 MiB).
 	AppMaxBytes int64 `env:"COLLECTOR_APP_MAX_BYTES" envDefault:"67108864"`
-	// AppTraceWait is how long an application trace waits for its root span.
+	// AppTraceWait is how long an application trace waits for its root span before its record is
+	// published.
 	AppTraceWait time.Duration `env:"COLLECTOR_APP_TRACE_WAIT" envDefault:"30s"`
 }
 

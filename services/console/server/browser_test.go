@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/servescope/servescope/dev/servers"
@@ -213,6 +214,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("API without a token: %s, want 401", resp.Status)
 	}
+	if r := get(t, srv.URL+"/readyz"); r.status != http.StatusOK || r.body != "ready\n" {
+		t.Errorf("/readyz: %d %q, want 200 ready", r.status, r.body)
+	}
 	b.do(t, chromedp.Navigate(srv.URL+"/login?next="+url.QueryEscape("/?range=1h")+"#token="+testToken), waitLoaded())
 
 	t.Run("dashboard", func(t *testing.T) {
@@ -220,8 +224,8 @@ func TestConsoleInBrowser(t *testing.T) {
 			name: p.dataset.panel, points: p.dataset.points || '', baselines: p.dataset.baselines || '',
 			badge: (p.querySelector('[data-badge]').dataset.state || ''), action: p.querySelector('.action').innerText,
 			canvas: String(p.querySelectorAll('canvas').length)}))`)
-		if len(panels) != 12 {
-			t.Fatalf("%d panels drawn, want 12: %v", len(panels), panels)
+		if len(panels) != 21 {
+			t.Fatalf("%d panels drawn, want 21: %v", len(panels), panels)
 		}
 		for _, p := range panels {
 			if p["points"] == "" || p["points"] == "0" {
@@ -267,6 +271,19 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Errorf("browser errors on the dashboard:\n%s", strings.Join(errs, "\n"))
 		}
 		b.shot(t, "dashboard")
+		// The service-level row, each panel as a PNG to look at.
+		for _, name := range []string{"goodput", "error_budget", "headroom", "cost"} {
+			b.do(t, chromedp.ScrollIntoView("#panel-"+name))
+			ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+			png, err := chromedp.Run(ctx, chromedp.Screenshot("#panel-"+name))
+			cancel()
+			if err != nil {
+				t.Fatalf("screenshot of panel %s: %v", name, err)
+			}
+			if err := os.WriteFile(filepath.Join(screenshotDir(t), "panel-"+name+".png"), png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 	})
 
 	t.Run("filters", func(t *testing.T) {
@@ -416,18 +433,233 @@ func TestConsoleInBrowser(t *testing.T) {
 	})
 
 	t.Run("alerts", func(t *testing.T) {
-		b.do(t, chromedp.Navigate(srv.URL+"/alerts?range=1h"), waitLoaded())
+		b.do(t, chromedp.Navigate(srv.URL+"/alerts?range=1h&model="+url.QueryEscape(data.model)), waitLoaded())
 		rows := eval[int](t, b, `document.querySelectorAll('#alert-history tbody tr').length`)
 		active := eval[int](t, b, `document.querySelectorAll('#active-alerts tbody tr').length`)
 		firing := eval[[]string](t, b, `Array.from(document.querySelectorAll('#active-alerts tr[data-state=firing]')).map(r => r.dataset.rule)`)
-		if rows != 6 || active != 2 || len(firing) != 1 || firing[0] != data.firingRule {
-			t.Errorf("alerts page: %d state changes (want 6), %d active (want 2), firing %v (want [%s])", rows, active, firing, data.firingRule)
+		if rows != 7 || active != 3 || strings.Join(firing, ",") != data.firingRule+",unfinished_rising" {
+			t.Errorf("alerts page: %d state changes (want 7), %d active (want 3), firing %v (want [%s unfinished_rising])", rows, active, firing, data.firingRule)
+		}
+		// A resolved alert shows what its rule measured when it resolved, not its last firing value:
+		// overload_queue's window then held no sample with requests waiting.
+		resolved := eval[map[string]string](t, b, `(r => r ? {value: r.querySelector('td.resolution').dataset.value, text: r.innerText} : {})(document.querySelector('#alert-history tr[data-state=resolved]'))`)
+		if resolved["value"] != "0" || !strings.Contains(resolved["text"], "came back to 0") || !strings.Contains(resolved["text"], "last firing value 1") {
+			t.Errorf("resolved overload_queue row: %v, want it to come back to 0 (its last firing value 1 beside)", resolved)
+		}
+		// Each state change opens the dashboard at its moment, with the alert's model and engine.
+		dash := eval[[]string](t, b, `Array.from(document.querySelectorAll('#alert-history a.dash-at')).map(a => a.getAttribute('href'))`)
+		for _, h := range dash {
+			u, err := url.Parse(h)
+			if err != nil || u.Path != "/" || u.Query().Get("from") == "" || u.Query().Get("to") == "" {
+				t.Errorf("state change links to %q, want the dashboard at its moment", h)
+			}
+		}
+		if len(dash) != rows {
+			t.Errorf("%d of %d state changes link to the dashboard", len(dash), rows)
+		}
+		ticks := eval[[]string](t, b, `Array.from(document.querySelectorAll('#alerts-axis .tick')).map(e => e.innerText + '@' + e.style.left)`)
+		if len(ticks) < 3 {
+			t.Errorf("the timeline's time axis has %d labels: %v", len(ticks), ticks)
+		}
+		// The stuck request the alert names links to its page.
+		stuck := eval[string](t, b, `(document.querySelector('#active-alerts tr[data-rule=unfinished_rising] a.reqlink') || {}).href || ''`)
+		if !strings.Contains(stuck, "/request/"+data.hung.RequestID) || !strings.Contains(stuck, "range=1h") {
+			t.Errorf("the stuck request's link %q", stuck)
 		}
 		b.shot(t, "alerts")
+
+		// A range the page cannot read is an error with status 400, not an empty page.
+		for _, q := range []string{"from=yesterday", "range=2y", "from=2026-12-01T11:00:00Z&to=2026-12-01T10:00:00Z"} {
+			resp := get(t, srv.URL+"/alerts?"+q)
+			if resp.status != http.StatusBadRequest || !strings.Contains(resp.body, `id="bad-view"`) || strings.Contains(resp.body, "No alert is pending") {
+				t.Errorf("/alerts?%s: status %d, body without the error or with an empty result", q, resp.status)
+			}
+		}
+		if resp := get(t, srv.URL+"/alerts?rule=overload_queue&from="+url.QueryEscape(data.now.Add(-time.Hour).Format(time.RFC3339))+"&to="+url.QueryEscape(data.now.Format(time.RFC3339))); resp.status != 200 || !strings.Contains(resp.body, "came back to") {
+			t.Errorf("/alerts with rule, from and to: status %d", resp.status)
+		}
 		if errs := b.errors(); len(errs) > 0 {
 			t.Errorf("browser errors on the alerts and crash pages:\n%s", strings.Join(errs, "\n"))
 		}
 	})
+
+	t.Run("links keep the view", func(t *testing.T) {
+		view := "range=6h&model=" + url.QueryEscape(data.model)
+		for _, page := range []string{"/", "/alerts", "/complaint/first-word", "/crash", "/request/" + data.overload.RequestID} {
+			b.do(t, chromedp.Navigate(srv.URL+page+"?"+view), waitLoaded())
+			hrefs := eval[[]string](t, b, `Array.from(document.querySelectorAll('header a, a.reqlink')).map(a => a.getAttribute('href'))`)
+			for _, h := range hrefs {
+				u, err := url.Parse(h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if u.Query().Get("range") != "6h" || u.Query().Get("model") != data.model {
+					t.Errorf("%s links to %q, which drops the view %s", page, h, view)
+				}
+			}
+			if len(hrefs) < 5 {
+				t.Errorf("%s has %d links in its header", page, len(hrefs))
+			}
+		}
+	})
+
+	t.Run("from the slowest requests to a request and back", func(t *testing.T) {
+		view := "range=6h&model=" + url.QueryEscape(data.model)
+		b.do(t, chromedp.Navigate(srv.URL+"/?"+view), waitLoaded(), chromedp.WaitVisible(`#slow-requests a.reqlink`))
+		id := eval[string](t, b, `document.querySelector('#slow-requests a.reqlink').innerText`)
+		b.do(t, chromedp.Click(`#slow-requests a.reqlink`), chromedp.WaitVisible(`#request`), waitLoaded())
+		sameView := func(loc string) bool {
+			u, err := url.Parse(loc)
+			return err == nil && u.Query().Get("range") == "6h" && u.Query().Get("model") == data.model && u.Query().Get("from") == ""
+		}
+		loc := eval[string](t, b, `location.pathname + location.search`)
+		if !strings.HasPrefix(loc, "/request/"+id+"?") || !sameView(loc) {
+			t.Errorf("the slowest request's link opened %s, want /request/%s with %s", loc, id, view)
+		}
+		shown := eval[string](t, b, `document.querySelector('#request').dataset.request`)
+		boxes := eval[[]string](t, b, `[document.getElementById('f-range').value, document.getElementById('f-model').value]`)
+		if shown != id || boxes[0] != "6h" || boxes[1] != data.model {
+			t.Errorf("request page shows %q with range %q and model %q, want %s in the view 6h, %s", shown, boxes[0], boxes[1], id, data.model)
+		}
+		// Back to the dashboard through the header: the same view.
+		b.do(t, chromedp.Click(`header nav a[href^="/?"]`), waitLoaded())
+		if q := eval[string](t, b, `location.pathname + location.search`); !strings.HasPrefix(q, "/?") || !sameView(q) {
+			t.Errorf("back on the dashboard at %s, want /?%s", q, view)
+		}
+		if m := eval[string](t, b, `document.getElementById('f-model').value`); m != data.model {
+			t.Errorf("dashboard's model filter %q after coming back, want %q", m, data.model)
+		}
+		// And with the browser's back button, twice: the request page, then the dashboard as it was.
+		back := func(wantPrefix string) string {
+			eval[any](t, b, `history.back()`)
+			var loc string
+			for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+				if loc = eval[string](t, b, `location.pathname + location.search`); strings.HasPrefix(loc, wantPrefix) {
+					break
+				}
+			}
+			return loc
+		}
+		if loc := back("/request/"); !strings.HasPrefix(loc, "/request/"+id) || !sameView(loc) {
+			t.Errorf("browser back lands on %s, want the request page in the view", loc)
+		}
+		if loc := back("/?"); !strings.HasPrefix(loc, "/?") || !sameView(loc) {
+			t.Errorf("browser back lands on %s, want /?%s", loc, view)
+		}
+		if errs := b.errors(); len(errs) > 0 {
+			t.Errorf("browser errors:\n%s", strings.Join(errs, "\n"))
+		}
+	})
+
+	t.Run("an overload request", func(t *testing.T) {
+		b.do(t, chromedp.Navigate(srv.URL+"/request/"+data.overload.ResponseID+"?range=1h"), waitLoaded(), chromedp.WaitVisible(`#request`))
+		queue := eval[map[string]string](t, b, `(r => r ? {source: r.dataset.source, lasts: r.children[2].innerText} : {})(document.querySelector('#steps tr[data-step=queue]'))`)
+		if queue["source"] != "engine span" || queue["lasts"] != "0.472" {
+			t.Errorf("queue step %v, want 0.472 s from the engine span", queue)
+		}
+		state := eval[map[string]string](t, b, `(r => r ? {running: r.querySelector('.running').innerText, waiting: r.querySelector('.waiting').innerText} : {})(document.querySelector('#state-table tr[data-sample=before]'))`)
+		if state["running"] != "256" || state["waiting"] != "44" {
+			t.Errorf("engine state at arrival %v, want 256 running and 44 waiting", state)
+		}
+		facts := eval[string](t, b, `document.querySelector('#engine-state').innerText`)
+		if !strings.Contains(facts, "every slot was taken") || !strings.Contains(facts, "max_num_seqs") {
+			t.Errorf("engine state %q: want the slot limit and what it meant", facts)
+		}
+		bars := eval[int](t, b, `Array.from(document.querySelectorAll('#req-bars .rbar')).filter(e => e.getBoundingClientRect().width > 0).length`)
+		passages := eval[int](t, b, `document.querySelectorAll('#app table.passages tbody tr').length`)
+		hidden := eval[string](t, b, `document.querySelector('#content').innerText`)
+		if bars != 3 || passages != 3 || !strings.Contains(hidden, "hidden") {
+			t.Errorf("%d timeline bars drawn (want queue, prefill, decode), %d passages (want 3), content %q", bars, passages, hidden)
+		}
+		b.shot(t, "request-overload")
+		if errs := b.errors(); len(errs) > 0 {
+			t.Errorf("browser errors on the request page:\n%s", strings.Join(errs, "\n"))
+		}
+	})
+
+	t.Run("a request caught in the crash", func(t *testing.T) {
+		// From the crash page's list of the requests it caught to the request's page.
+		b.do(t, chromedp.Navigate(srv.URL+"/crash?range=1h"), waitLoaded(), chromedp.WaitVisible(`#caught a.reqlink`))
+		ids := eval[[]string](t, b, `Array.from(document.querySelectorAll('#caught a.reqlink')).map(a => a.innerText)`)
+		if !contains(ids, data.crashed.RequestID) || !contains(ids, data.hung.RequestID) {
+			t.Errorf("crash page lists %v as caught, want %s (broken off) and %s (never finished)", ids, data.crashed.RequestID, data.hung.RequestID)
+		}
+		b.do(t, chromedp.Click(`#caught a.reqlink[href*="`+data.crashed.RequestID+`"]`), chromedp.WaitVisible(`#request`), waitLoaded())
+		crash := eval[string](t, b, `(document.querySelector('#crash') || {}).innerText || ''`)
+		layer := eval[string](t, b, `(document.querySelector('#error-layer') || {}).innerText || ''`)
+		if !strings.Contains(crash, "while it was in flight") || !strings.Contains(crash, "type one") || !strings.Contains(crash, "112.00 MiB") {
+			t.Errorf("crash section %q", crash)
+		}
+		if !strings.Contains(layer, "upstream") {
+			t.Errorf("error layer %q", layer)
+		}
+		b.shot(t, "request-crashed")
+		// A request that never finished says so.
+		b.do(t, chromedp.Navigate(srv.URL+"/request/"+data.hung.RequestID+"?range=1h"), waitLoaded())
+		if badge := eval[string](t, b, `document.getElementById('status-badge').innerText`); badge != "not finished" {
+			t.Errorf("hung request's status %q", badge)
+		}
+		// An unknown id is a clear 404.
+		resp := get(t, srv.URL+"/request/chatcmpl-nonesuch?range=1h")
+		if resp.status != http.StatusNotFound || !strings.Contains(resp.body, "no request found with id") {
+			t.Errorf("unknown id: status %d", resp.status)
+		}
+		if errs := b.errors("404"); len(errs) > 0 {
+			t.Errorf("browser errors:\n%s", strings.Join(errs, "\n"))
+		}
+	})
+
+	t.Run("sign out", func(t *testing.T) {
+		// The session cookie is HttpOnly: the page cannot read it, the browser's protocol can.
+		res, err := chromedp.Call(b.ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{srv.URL}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var session string
+		for _, c := range res.Cookies {
+			if c.Name == cookieName {
+				session = c.Value
+			}
+		}
+		if session == "" {
+			t.Fatal("no session cookie in the browser")
+		}
+		b.do(t, chromedp.Navigate(srv.URL+"/?range=1h"), waitLoaded(), chromedp.Click(`#signout button`), chromedp.WaitVisible(`#signed-out`))
+		// The old cookie, replayed, no longer opens anything: the session ended on the server.
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/panels", nil)
+		req.AddCookie(&http.Cookie{Name: cookieName, Value: session})
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("a signed-out session's cookie gets %s, want 401", resp.Status)
+		}
+	})
+}
+
+// page is an HTTP answer read whole.
+type page struct {
+	status int
+	body   string
+}
+
+// get reads url with the viewer token.
+func get(t *testing.T, u string) page {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, u, nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return page{resp.StatusCode, string(b)}
 }
 
 // TestConsoleClickHouseOutage checks that a console whose ClickHouse does not answer shows a
@@ -438,6 +670,16 @@ func TestConsoleClickHouseOutage(t *testing.T) {
 	ln.Close() // a port nothing listens on any more
 	ch := config.ClickHouse{Addr: []string{dead}, Database: "servescope", User: "default", DialTimeout: 2 * time.Second}
 	_, srv := startConsole(t, ch, time.Now().UTC(), nil)
+	// Unauthenticated /readyz says not ready, and nothing of the database's address or error.
+	resp, err := http.Get(srv.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || strings.TrimSpace(string(body)) != "not ready" {
+		t.Errorf("/readyz with ClickHouse down: %s %q, want 503 \"not ready\" and nothing more", resp.Status, body)
+	}
 	b := newBrowser(t)
 	b.do(t, chromedp.Navigate(srv.URL+"/login#token="+testToken), waitLoaded(), chromedp.WaitVisible("#banner"))
 	banner := eval[string](t, b, `document.getElementById('banner').innerText`)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"html/template"
 	"math"
 	"sort"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/diagnose"
 	"github.com/servescope/servescope/internal/panels"
+	"github.com/servescope/servescope/internal/requestview"
 )
 
 // Line is one drawn series: a label and one value per timestamp of its PanelData (nil: no value).
@@ -315,9 +317,43 @@ type AlertRow struct {
 	Threshold   *float64          `json:"threshold"`
 	Labels      map[string]string `json:"labels"`
 	Summary     string            `json:"summary"`
+	Annotations map[string]string `json:"annotations,omitempty"`
 	ActiveAt    *time.Time        `json:"active_at,omitempty"`
 	FiredAt     *time.Time        `json:"fired_at,omitempty"`
 	ResolvedAt  *time.Time        `json:"resolved_at,omitempty"`
+	// Resolution is, for a resolved row, what the rule measured when the alert resolved (the
+	// figures the row holds are its last firing evaluation's).
+	Resolution *Resolution `json:"resolution,omitempty"`
+	// DashHref is the dashboard at the row's moment; Requests the requests its labels or
+	// annotations name (request_id, request_ids), linked to their pages.
+	DashHref template.URL `json:"-"`
+	Requests []reqLink    `json:"-"`
+}
+
+// reqLink is a request id and its page.
+type reqLink struct {
+	ID   string
+	Href template.URL
+}
+
+// requestsOf are the requests an alert names — its request_id label or annotation, and its
+// request_ids annotation (ids separated by commas or spaces), each once — linked to their pages
+// in the view q.
+func requestsOf(a *AlertRow, q template.URL) []reqLink {
+	var out []reqLink
+	seen := map[string]bool{}
+	add := func(s string) {
+		for _, id := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+			if requestview.CheckID(id) == nil && !seen[id] {
+				seen[id] = true
+				out = append(out, reqLink{ID: id, Href: RequestHref(id, time.Time{}, q)})
+			}
+		}
+	}
+	add(a.Labels["request_id"])
+	add(a.Annotations["request_id"])
+	add(a.Annotations["request_ids"])
+	return out
 }
 
 // RuleState is the state of the rules watching a panel at the range's end: firing when one of
@@ -363,7 +399,7 @@ SELECT rule, fingerprint, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9, r.10, r.1
 FROM
 (
     SELECT rule, fingerprint,
-           argMax((ts, state, severity, value, baseline, threshold, labels, annotations['summary'],
+           argMax((ts, state, severity, value, baseline, threshold, labels, annotations,
                    active_at, fired_at, resolved_at), ts) AS r
     FROM alerts
     WHERE ts <= {at:DateTime64(6, 'UTC')} AND ts > {at:DateTime64(6, 'UTC')} - INTERVAL 365 DAY
@@ -378,7 +414,7 @@ ORDER BY rule, fingerprint`
 // alertHistory reads the state changes of [from, to], newest first, at most limit.
 func alertHistory(ctx context.Context, conn driver.Conn, from, to time.Time, rule string, limit int) ([]AlertRow, error) {
 	q := `
-SELECT rule, fingerprint, ts, state, severity, value, baseline, threshold, labels, annotations['summary'],
+SELECT rule, fingerprint, ts, state, severity, value, baseline, threshold, labels, annotations,
        active_at, fired_at, resolved_at
 FROM alerts
 WHERE ts >= {from:DateTime64(6, 'UTC')} AND ts <= {to:DateTime64(6, 'UTC')}
@@ -400,9 +436,10 @@ func scanAlerts(ctx context.Context, conn driver.Conn, q string) ([]AlertRow, er
 	for rows.Next() {
 		var a AlertRow
 		if err := rows.Scan(&a.Rule, &a.Fingerprint, &a.TS, &a.State, &a.Severity, &a.Value, &a.Baseline, &a.Threshold,
-			&a.Labels, &a.Summary, &a.ActiveAt, &a.FiredAt, &a.ResolvedAt); err != nil {
+			&a.Labels, &a.Annotations, &a.ActiveAt, &a.FiredAt, &a.ResolvedAt); err != nil {
 			return nil, fmt.Errorf("read alerts row: %w", err)
 		}
+		a.Summary = a.Annotations["summary"]
 		a.Value, a.Baseline, a.Threshold = clean(a.Value), clean(a.Baseline), clean(a.Threshold)
 		out = append(out, a)
 	}
@@ -495,60 +532,6 @@ func readOptions(ctx context.Context, conn driver.Conn, from, to time.Time) (Opt
 		}
 	}
 	return o, nil
-}
-
-// SlowRequest is one of the slowest requests of a window; Prompt and Output are set only for a
-// viewer allowed to see content.
-type SlowRequest struct {
-	RequestID  string    `json:"request_id"`
-	ArrivalTS  time.Time `json:"arrival_ts"`
-	Model      string    `json:"model"`
-	StatusCode uint16    `json:"status_code"`
-	TTFTS      *float64  `json:"ttft_s"`
-	E2ES       *float64  `json:"e2e_s"`
-	Prompt     *uint32   `json:"prompt_tokens"`
-	Completion *uint32   `json:"completion_tokens"`
-	Finish     string    `json:"finish_reason"`
-	PromptText string    `json:"prompt_text,omitempty"`
-	OutputText string    `json:"output_text,omitempty"`
-}
-
-// slowRequests reads the slowest requests of [from, to) by orderBy (a column name from a fixed
-// list). prompt_text and output_text are read only when content is true: the console's ClickHouse
-// role has no SELECT on them otherwise.
-func slowRequests(ctx context.Context, conn driver.Conn, from, to time.Time, model, orderBy string, content bool, limit int) ([]SlowRequest, error) {
-	switch orderBy {
-	case "ttft_s", "e2e_s", "tpot_s", "queue_s":
-	default:
-		return nil, fmt.Errorf("order by %q: not a latency column", orderBy)
-	}
-	text := "'', ''"
-	if content {
-		text = "substring(prompt_text, 1, 300), substring(output_text, 1, 300)"
-	}
-	q := `SELECT request_id, arrival_ts, toString(model), status_code, ttft_s, e2e_s, prompt_tokens, completion_tokens,
-       toString(finish_reason), ` + text + `
-FROM requests
-WHERE arrival_ts >= {from:DateTime64(6, 'UTC')} AND arrival_ts < {to:DateTime64(6, 'UTC')}
-  AND ({model:String} = '' OR model = {model:String}) AND ` + orderBy + ` IS NOT NULL
-ORDER BY ` + orderBy + ` DESC
-LIMIT {limit:UInt32}`
-	ctx = chstore.WithParams(ctx, map[string]string{"from": chTime(from), "to": chTime(to), "model": chstore.StringParam(model), "limit": fmt.Sprint(limit)})
-	rows, err := conn.Query(ctx, q)
-	if err != nil {
-		return nil, fmt.Errorf("read the slowest requests: %w", err)
-	}
-	defer rows.Close()
-	out := []SlowRequest{}
-	for rows.Next() {
-		var r SlowRequest
-		if err := rows.Scan(&r.RequestID, &r.ArrivalTS, &r.Model, &r.StatusCode, &r.TTFTS, &r.E2ES, &r.Prompt, &r.Completion,
-			&r.Finish, &r.PromptText, &r.OutputText); err != nil {
-			return nil, fmt.Errorf("read a slow request: %w", err)
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
 }
 
 func chTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000000") }

@@ -9,9 +9,14 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	builtin "github.com/servescope/servescope/deploy/detector"
+	"github.com/servescope/servescope/dev/requestfixture"
 	"github.com/servescope/servescope/dev/synth"
+	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/internal/postmortem"
+	"github.com/servescope/servescope/schema"
 	"github.com/servescope/servescope/services/detector/alerting"
+	"github.com/servescope/servescope/services/detector/slo"
 )
 
 // Demo-shaped data: the shape scripts/demo leaves in its database, made in a second. A synthetic
@@ -26,6 +31,10 @@ type seeded struct {
 	switchAt, crashAt                     time.Time
 	firingRule                            string
 	firingLabels, pendingLabels, okLabels map[string]string
+	// Whole requests (dev/requestfixture): an overload request answered without streaming, a
+	// stream the engine's death broke off, and a request that never finished.
+	overload, crashed, hung requestfixture.Story
+	resolvedAt              time.Time
 }
 
 const seedModel = "Qwen/Qwen2.5-7B-Instruct-AWQ"
@@ -91,9 +100,44 @@ func seed(t *testing.T, conn driver.Conn, now time.Time) seeded {
 		t.Fatalf("set citations_missing: %v", err)
 	}
 
+	// The detector's SLOs and engines file (the service-level and cost panels read them), and the
+	// engine's cumulative histograms every minute of the day (the capacity panel's reading).
+	slos, err := slo.LoadBuiltin(builtin.SLOs, builtin.SLOsDir, builtin.RepoDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := slo.Sync(ctx, config.ClickHouse{}, conn, slos, now.Add(-26*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	price, seqs := 0.45, uint32(256)
+	if err := slo.SyncEngines(ctx, config.ClickHouse{}, conn, &slo.Engines{Currency: "USD",
+		Default: &slo.EngineSetting{PricePerHour: &price, MaxNumSeqs: &seqs}}, now.Add(-26*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	// No scrape of these in the overload: its own samples (256 running, 44 waiting) are the
+	// engine's state then, which the request page and the running panel read.
+	insertHistograms(t, ctx, conn, s.engine, s.model, now.Add(-26*time.Hour), now, s.overloadFrom.Add(-time.Minute), s.overloadTo.Add(time.Minute))
+
 	// The crash: vLLM 0.10's log of the out-of-memory death of docs/measurements.md (The crash), moved to 6 minutes ago.
 	s.crashAt = now.Add(-6 * time.Minute)
 	insertCrashLog(t, ctx, conn, s.engine, s.crashAt)
+
+	// Whole requests as the demo leaves them: one of the overload, answered without streaming, with
+	// its engine span (queue 0.472 s) and the engine at 256 running and 44 waiting when it arrived;
+	// a stream broken off by the engine's death 20 s after it arrived; a request that never ended, in
+	// flight when the engine died.
+	s.overload = requestfixture.Tell(requestfixture.Overload(s.engine), s.overloadFrom.Add(5*time.Minute))
+	crashShape := requestfixture.Overload(s.engine)
+	crashShape.Stream, crashShape.NoSpan, crashShape.E2E, crashShape.TopScore = true, true, 20.5, 0
+	crashShape.Status, crashShape.ErrorLayer, crashShape.ErrorCode = 200, schema.LayerUpstream, "stream_interrupted"
+	crashShape.Running, crashShape.Waiting, crashShape.KV = 46, 0, 0.036
+	s.crashed = requestfixture.Tell(crashShape, s.crashAt.Add(-20*time.Second))
+	s.hung = requestfixture.Tell(requestfixture.Overload(s.engine), s.crashAt.Add(-2*time.Minute))
+	stories := append(append([]schema.Event{}, s.overload.Events...), s.crashed.Events...)
+	stories = append(stories, s.hung.Events[0]) // its request.started only
+	if err := requestfixture.Insert(ctx, conn, stories...); err != nil {
+		t.Fatal(err)
+	}
 
 	// The alerts, as the detector writes them: latency_p95 (TTFT) firing, overload_queue pending
 	// earlier then resolved, retrieval_version_change firing.
@@ -108,23 +152,58 @@ func seed(t *testing.T, conn driver.Conn, now time.Time) seeded {
 			State: st, Value: value, Baseline: base, Threshold: thr, ActiveAt: active, FiredAt: fired, ResolvedAt: resolved,
 			Annotations: map[string]string{"summary": fmt.Sprintf("%s %s value %.3f (baseline %.3f, threshold %.3f)", rule, labels["metric"], value, base, thr)}}
 	}
+	stuckLabels := map[string]string{"alertname": "unfinished_rising", "severity": "critical", "kind": "stuck", "model": s.model}
+	stuck := alert("unfinished_rising", stuckLabels, alerting.StateFiring, 1, 0, 1, at(2*time.Minute), at(1*time.Minute), time.Time{})
+	stuck.Annotations["request_id"] = s.hung.RequestID
 	overloadStart := at(48 * time.Minute)
+	s.resolvedAt = at(29 * time.Minute)
 	for _, step := range []struct {
 		ts time.Time
 		a  *alerting.Alert
 	}{
 		{overloadStart, alert("overload_queue", s.okLabels, alerting.StatePending, 1, 0, 0.5, overloadStart, time.Time{}, time.Time{})},
 		{at(47 * time.Minute), alert("overload_queue", s.okLabels, alerting.StateFiring, 1, 0, 0.5, overloadStart, at(47*time.Minute), time.Time{})},
-		{at(34 * time.Minute), alert("overload_queue", s.okLabels, alerting.StateInactive, 0, 0, 0.5, overloadStart, at(47*time.Minute), at(34*time.Minute))},
+		// Resolved when the rule's 5-minute window no longer holds the overload's samples.
+		{s.resolvedAt, alert("overload_queue", s.okLabels, alerting.StateInactive, 1, 0, 0.5, overloadStart, at(47*time.Minute), s.resolvedAt)},
 		{at(33 * time.Minute), alert("latency_p95", s.firingLabels, alerting.StatePending, 0.61, 0.058, 0.108, at(33*time.Minute), time.Time{}, time.Time{})},
 		{at(31 * time.Minute), alert("latency_p95", s.firingLabels, alerting.StateFiring, 0.61, 0.058, 0.108, at(33*time.Minute), at(31*time.Minute), time.Time{})},
 		{at(2 * time.Minute), alert("retrieval_score_drift", s.pendingLabels, alerting.StatePending, 0.12, 0.88, 0.73, at(2*time.Minute), time.Time{}, time.Time{})},
+		// A stuck request, named by id, as the alerts helper's stuck-request alerts carry it.
+		{at(1 * time.Minute), stuck},
 	} {
 		if err := store.Save(ctx, step.ts, []*alerting.Alert{step.a}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return s
+}
+
+// insertHistograms writes a scrape of the engine every minute in [from, to) holding the cumulative
+// histograms of its /metrics: 2 requests a second of 128 output and 44 prompt tokens that hold a
+// slot 2.07 s, and 60 steps a second computing 4, 12 or 33 tokens in turn (a minute each) at
+// 0.0156 s + 0.00032 s a token. No scrape falls in [skipFrom, skipTo].
+func insertHistograms(t *testing.T, ctx context.Context, conn driver.Conn, engine, model string, from, to, skipFrom, skipTo time.Time) {
+	t.Helper()
+	if err := conn.Exec(ctx, `INSERT INTO engine_samples (event_id, ts, engine, model, up, num_requests_running, num_requests_waiting,
+			kv_cache_usage_perc, histogram_sum, histogram_count)
+		SELECT concat('hist-', toString(n)), fromUnixTimestamp64Micro($1, 'UTC') + toIntervalMinute(n), $2, $3, true, 4, 0, 0.004,
+		       map('e2e_request_latency_seconds', r * 2.08, 'request_inference_time_seconds', r * 2.07,
+		           'request_queue_time_seconds', 0., 'request_generation_tokens', r * 128, 'request_prompt_tokens', r * 44,
+		           'iteration_tokens_total', tok, 'inter_token_latency_seconds', itl),
+		       map('e2e_request_latency_seconds', r, 'request_inference_time_seconds', r, 'request_queue_time_seconds', r,
+		           'request_generation_tokens', r, 'request_prompt_tokens', r, 'iteration_tokens_total', steps, 'inter_token_latency_seconds', tok)
+		FROM
+		(
+		    SELECT number AS n, toFloat64(n * 120) AS r, toFloat64(n * 3600) AS steps,
+		           3600 * (intDiv(n, 3) * 49 + arraySum(arraySlice([4, 12, 33], 1, n % 3))) AS tok,
+		           3600 * (intDiv(n, 3) * arraySum(x -> x * (0.0156 + 0.00032 * x), [4, 12, 33])
+		                   + arraySum(x -> x * (0.0156 + 0.00032 * x), arraySlice([4, 12, 33], 1, n % 3))) AS itl
+		    FROM numbers(toUInt64($4))
+		)
+		WHERE NOT (n >= $5 AND n <= $6)`, from.UnixMicro(), engine, model, int64(to.Sub(from)/time.Minute),
+		int64(skipFrom.Sub(from)/time.Minute), int64(skipTo.Sub(from)/time.Minute)+1); err != nil {
+		t.Fatalf("insert the engine's histograms: %v", err)
+	}
 }
 
 func insertCrashLog(t *testing.T, ctx context.Context, conn driver.Conn, engine string, death time.Time) {

@@ -5,19 +5,20 @@
 // `servescope postmortem`'s.
 //
 // Safety: every filter reaches ClickHouse as a query parameter; the console answers only a viewer
-// holding its token (a bearer header or the session cookie its login page sets) unless
-// CONSOLE_AUTH=proxy puts it behind the operator's own proxy; prompt and output text are shown
-// only with CONSOLE_SHOW_CONTENT=true to a viewer who logged in with the content token. A
-// ClickHouse outage is a banner on the page, not a blank page: the console starts without
-// ClickHouse and /readyz says whether it answers.
+// holding its token (a bearer header, or the session cookie its login page sets: a random id the
+// console keeps in memory, which signing out ends for good) unless CONSOLE_AUTH=proxy puts it
+// behind the operator's own proxy; prompt and output text are shown only with
+// CONSOLE_SHOW_CONTENT=true to a viewer who logged in with the content token. A ClickHouse outage
+// is a banner on the page, not a blank page: the console starts without ClickHouse and /readyz
+// says whether it answers (ready or not ready, nothing more: it answers without a token).
+//
+// Every link keeps the page's view: its range and filters travel in the query string, so a link
+// opens the same view (View.Query).
 package server
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,6 +53,9 @@ type Server struct {
 	content string
 	pages   *pages
 	now     func() time.Time
+	logins  *sessions
+	// resolutions keeps the evaluations of resolved alerts (the alerts page).
+	resolutions resolutionCache
 	// baselines keeps diagnose's baseline of the views drawn lately, for the panels' {{figure}}s.
 	baselines baselines
 }
@@ -96,6 +100,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, conn: conn, panels: ps, byName: map[string]*panels.Panel{}, rules: defs, log: log,
 		viewer: viewer, content: content, pages: pg, now: time.Now}
+	s.logins = newSessions(func() time.Time { return s.now() })
 	for _, p := range ps {
 		s.byName[p.Name] = p
 	}
@@ -120,6 +125,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /alerts", s.auth(s.alertsPage))
 	mux.Handle("GET /complaint/{id}", s.auth(s.complaintPage))
 	mux.Handle("GET /crash", s.auth(s.crashPage))
+	mux.Handle("GET /request", s.auth(s.requestLookup))
+	mux.Handle("GET /request/{id}", s.auth(s.requestPage))
+	mux.Handle("GET /api/request/{id}", s.auth(s.apiRequest))
 	mux.Handle("GET /api/panels", s.auth(s.apiPanels))
 	mux.Handle("GET /api/panel/{name}", s.auth(s.apiPanel))
 	mux.Handle("GET /api/options", s.auth(s.apiOptions))
@@ -158,59 +166,54 @@ func securityHeaders(h http.Handler) http.Handler {
 	})
 }
 
+// readyz answers without a token, so it says ready or not and nothing else: the error, which
+// names the database's address, goes to the console's log.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
+	w.Header().Set("Cache-Control", "no-store")
 	if err := s.conn.Ping(ctx); err != nil {
-		http.Error(w, "ClickHouse: "+err.Error(), http.StatusServiceUnavailable)
+		s.log.Warn("console not ready: ClickHouse does not answer", "err", err)
+		http.Error(w, "not ready", http.StatusServiceUnavailable)
 		return
 	}
-	_, _ = w.Write([]byte("ok\n"))
+	_, _ = w.Write([]byte("ready\n"))
 }
 
 // ---- authentication ---------------------------------------------------------------------------
 
 const cookieName = "servescope_console"
 
-// session is what a token's cookie holds: an HMAC of a fixed text under the token, so the cookie
-// proves the token without being it.
-func session(token string) string {
-	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte("servescope console session v1"))
-	return hex.EncodeToString(m.Sum(nil))
-}
-
 func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
 
 // viewerOf says whether the request may see the console and whether it may see content.
 func (s *Server) viewerOf(r *http.Request) (ok, content bool) {
-	var presented []string
-	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-		presented = append(presented, "tok:"+strings.TrimPrefix(h, "Bearer "))
-	}
-	if c, err := r.Cookie(cookieName); err == nil {
-		presented = append(presented, "ses:"+c.Value)
-	}
 	ok = s.cfg.Auth == AuthProxy
-	for _, p := range presented {
-		kind, v, _ := strings.Cut(p, ":")
-		check := func(token string) bool {
-			if token == "" {
-				return false
-			}
-			if kind == "tok" {
-				return equal(v, token)
-			}
-			return equal(v, session(token))
-		}
-		if check(s.viewer) {
+	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
+		tok := strings.TrimPrefix(h, "Bearer ")
+		if s.viewer != "" && equal(tok, s.viewer) {
 			ok = true
 		}
-		if s.content != "" && check(s.content) {
+		if s.content != "" && equal(tok, s.content) {
 			ok, content = true, true
 		}
 	}
+	if c, err := r.Cookie(cookieName); err == nil {
+		if live, withContent := s.logins.get(c.Value); live {
+			ok, content = true, content || withContent
+		}
+	}
 	return ok, content && s.cfg.ShowContent
+}
+
+// signedIn says whether the request carries a live session (the page then offers to sign out).
+func (s *Server) signedIn(r *http.Request) bool {
+	c, err := r.Cookie(cookieName)
+	if err != nil {
+		return false
+	}
+	ok, _ := s.logins.get(c.Value)
+	return ok
 }
 
 type viewerKey struct{}
@@ -236,7 +239,7 @@ func contentAllowed(r *http.Request) bool {
 }
 
 func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
-	d := pageData{Title: "Log in", Nav: "login", Next: safeNext(r.URL.Query().Get("next"))}
+	d := pageData{Title: "Log in", Nav: "login", Next: safeNext(r.URL.Query().Get("next")), SignedOut: r.URL.Query().Get("signed_out") != ""}
 	if r.URL.Query().Get("error") != "" {
 		d.Error = "That token is not valid."
 	}
@@ -251,26 +254,36 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	token := r.PostForm.Get("token")
 	next := safeNext(r.PostForm.Get("next"))
-	var value string
+	var content bool
 	switch {
 	case s.viewer != "" && equal(token, s.viewer):
-		value = session(s.viewer)
 	case s.content != "" && equal(token, s.content):
-		value = session(s.content)
+		content = true
 	default:
 		s.log.Warn("console login refused", "remote", r.RemoteAddr)
 		http.Redirect(w, r, "/login?error=1&next="+url.QueryEscape(next), http.StatusSeeOther)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: value, Path: "/", HttpOnly: true,
+	id, err := s.logins.create(content)
+	if err != nil {
+		http.Error(w, "start a session: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https",
-		MaxAge: int((30 * 24 * time.Hour).Seconds())})
+		MaxAge: int(sessionTTL.Seconds())})
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+// logout ends the session on the server (its cookie stops working, wherever it was copied to)
+// and clears the cookie. It is a POST from the page's own form: SameSite=Strict keeps other
+// sites from signing a viewer out.
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(cookieName); err == nil {
+		s.logins.end(c.Value)
+	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
-	http.Redirect(w, r, "/login", http.StatusSeeOther)
+	http.Redirect(w, r, "/login?signed_out=1", http.StatusSeeOther)
 }
 
 // safeNext keeps a redirect target on this site.

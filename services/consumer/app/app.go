@@ -33,7 +33,8 @@ type Config struct {
 	// Consumer is CONSUMER_DURABLE, CONSUMER_BATCH_ROWS and CONSUMER_FLUSH_INTERVAL, which the
 	// setup step also reads to create the durable consumer.
 	config.Consumer
-	// MetricsAddr is where /metrics, /healthz and /readyz are served.
+	// MetricsAddr is where /metrics, /healthz (the process is alive; it never asks NATS or
+	// ClickHouse) and /readyz (NATS connected, ClickHouse answering, inserts not failing) are served.
 	MetricsAddr string `env:"CONSUMER_METRICS_ADDR" envDefault:":9101"`
 	// NATS and ClickHouse are the shared SERVESCOPE_NATS_* and SERVESCOPE_CLICKHOUSE_* settings.
 	NATS       config.NATS

@@ -136,6 +136,9 @@ func (d *Definition) Period(ts time.Time) baseline.Period {
 	return d.Baseline.Spec().Of(ts.Add(-d.Window.D()), ts)
 }
 
+// MarshalYAML writes the duration as UnmarshalYAML reads it ("30s", "1h0m0s").
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
 var (
 	nameRE  = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 	paramRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)

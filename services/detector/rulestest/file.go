@@ -8,6 +8,8 @@
 // A test file:
 //
 //	rule_files: [../rules/my_rule.yaml]  # relative to this file; empty: the built-in rules
+//	slo_files: [../slos/chat.yaml]       # SLO files (services/detector/slo) whose burn-rate rules
+//	                                     # the tests name; with neither key, the built-in SLOs'
 //	evaluation_interval: 30s             # for rules without their own interval (default 30s)
 //	tests:
 //	  - name: 5xx fires at once and resolves when the window is clean
@@ -36,6 +38,10 @@
 // becomes the row's index in its input (0, 1, ...), so two inputs can share request ids. Values are
 // read by ClickHouse as JSONEachRow would read them, into the column's type.
 //
+// SLOs: each case's database holds the SLOs of the file (slo_files, else the built-in ones) in
+// slo_objectives, as the detector writes them at its start, so that their generated rules
+// (slo_<name>_page, slo_<name>_ticket) judge the case's rows as they would in production.
+//
 // Evaluation: each rule named in a case is evaluated from time 0 every interval up to the case's
 // last expectation for it, as the detector's evaluation group does, with the state carried from
 // one evaluation to the next. An expectation lists the rule's alerts at that time exactly: alerts
@@ -63,6 +69,10 @@ import (
 type File struct {
 	// RuleFiles are rule files, relative to the test file; empty means the built-in rules.
 	RuleFiles []string `yaml:"rule_files"`
+	// SLOFiles are SLO files, relative to the test file: their burn-rate rules are tested, and
+	// their objectives are in every case's slo_objectives. Empty with RuleFiles empty: the
+	// built-in SLOs.
+	SLOFiles []string `yaml:"slo_files"`
 	// EvaluationInterval is the interval of rules that do not set their own (default 30s, the
 	// detector's DETECTOR_INTERVAL default).
 	EvaluationInterval rules.Duration `yaml:"evaluation_interval"`
@@ -243,9 +253,14 @@ func Parse(path string, data []byte) (*File, error) {
 }
 
 // ruleFiles returns the test file's rule files, relative to the working directory.
-func (f *File) ruleFiles() []string {
-	out := make([]string, 0, len(f.RuleFiles))
-	for _, p := range f.RuleFiles {
+func (f *File) ruleFiles() []string { return f.relative(f.RuleFiles) }
+
+// sloFiles returns the test file's SLO files, relative to the working directory.
+func (f *File) sloFiles() []string { return f.relative(f.SLOFiles) }
+
+func (f *File) relative(files []string) []string {
+	out := make([]string, 0, len(files))
+	for _, p := range files {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(filepath.Dir(f.Path), p)
 		}

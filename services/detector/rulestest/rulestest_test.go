@@ -15,6 +15,7 @@ import (
 	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/services/detector/rules"
 	"github.com/servescope/servescope/services/detector/rulestest"
+	"github.com/servescope/servescope/services/detector/slo"
 )
 
 // options are the runner's settings on the shared ClickHouse server; the test ends as an
@@ -27,7 +28,11 @@ func options(t *testing.T) rulestest.Options {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rulestest.Options{ClickHouse: cfg, Builtin: defs, Time0: time.Now().UTC().Truncate(time.Minute)}
+	slos, err := slo.LoadBuiltin(builtin.SLOs, builtin.SLOsDir, builtin.RepoDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rulestest.Options{ClickHouse: cfg, Builtin: defs, BuiltinSLOs: slos, Time0: time.Now().UTC().Truncate(time.Minute)}
 }
 
 func builtinTest(t *testing.T, rule string) *rulestest.File {
@@ -78,6 +83,92 @@ func TestBuiltinRulesPassTheirTests(t *testing.T) {
 				t.Errorf("%s compared nothing", f.Path)
 			}
 		})
+	}
+}
+
+// Every built-in SLO has a test file, tests/slo_<name>.yaml, that sees each of its burn-rate
+// rules (page and ticket) fire and resolve, and the file passes.
+func TestBuiltinSLOsPassTheirTests(t *testing.T) {
+	t.Parallel()
+	opts := options(t)
+	if len(opts.BuiltinSLOs) == 0 {
+		t.Fatal("no built-in SLO")
+	}
+	for _, d := range opts.BuiltinSLOs {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			f := builtinTest(t, "slo_"+d.Name)
+			rs, err := d.Rules()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rs {
+				states := map[string]bool{}
+				for _, c := range f.Tests {
+					for _, e := range c.Alerts {
+						for _, a := range e.Expect {
+							if e.Rule == r.Name {
+								states[a.State] = true
+							}
+						}
+					}
+				}
+				if !states["firing"] || !states["resolved"] {
+					t.Errorf("%s: the tests expect states %v of %s; want a firing and a resolved case", f.Path, states, r.Name)
+				}
+			}
+			res, err := rulestest.Run(context.Background(), f, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, msg := range res.Failures {
+				t.Error(msg)
+			}
+			if res.Checks == 0 {
+				t.Errorf("%s compared nothing", f.Path)
+			}
+		})
+	}
+}
+
+// A generated burn-rate rule meets its tests through the same runner: an expectation of the
+// built-in SLO's test that is wrong (the 5xx burst paging for TTFT instead of availability)
+// fails with the difference.
+func TestWrongSLOExpectationFails(t *testing.T) {
+	t.Parallel()
+	opts := options(t)
+	data, err := fs.ReadFile(builtin.Tests, path.Join(builtin.TestsDir, "slo_streams.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	start := strings.Index(text, "  - name: 5xx answers burn the availability budget")
+	end := strings.Index(text, "  - name: a client that left")
+	if start < 0 || end < start {
+		t.Fatal("slo_streams.yaml has no 5xx case")
+	}
+	head := text[:strings.Index(text, "tests:\n")+len("tests:\n")]
+	wrong := head + strings.Replace(text[start:end], "- {state: firing, labels: {slo: streams, objective: availability, severity: critical}}",
+		"- {state: firing, labels: {slo: streams, objective: ttft, severity: critical}}", 1)
+	f, err := rulestest.Parse("wrong.yaml", []byte(wrong))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := rulestest.Run(context.Background(), f, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Failures) != 1 || res.Checks != 2 {
+		t.Fatalf("%d failures of %d checks, want 1 of 2: %q", len(res.Failures), res.Checks, res.Failures)
+	}
+	for _, want := range []string{
+		"rule slo_streams_page at 0s",
+		"expected, not there:\n    firing {objective=\"ttft\", severity=\"critical\", slo=\"streams\"}",
+		"there, not expected:\n    firing {objective=\"availability\", severity=\"critical\", slo=\"streams\"}",
+	} {
+		if !strings.Contains(res.Failures[0], want) {
+			t.Errorf("failure message lacks %q:\n%s", want, res.Failures[0])
+		}
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/services/detector/alerting"
 	"github.com/servescope/servescope/services/detector/rules"
+	"github.com/servescope/servescope/services/detector/slo"
 )
 
 // Options say where and as of when the tests run.
@@ -26,8 +27,11 @@ type Options struct {
 	// of its own, named DatabasePrefix plus a random suffix, created, migrated and dropped, so
 	// the account needs CREATE DATABASE and DROP DATABASE.
 	ClickHouse config.ClickHouse
-	// Builtin are the rules of test files without rule_files.
+	// Builtin are the rules of test files without rule_files and slo_files.
 	Builtin []*rules.Definition
+	// BuiltinSLOs are the SLOs of test files without rule_files and slo_files: their generated
+	// rules are tested too, and their objectives are in every case's slo_objectives.
+	BuiltinSLOs []*slo.Definition
 	// Time0 is time 0 of every test (zero: the wall clock, truncated to the minute). Rules only
 	// see times relative to it.
 	Time0 time.Time
@@ -53,9 +57,9 @@ type Result struct {
 // Run runs every test of f. An error means a test could not run (a rule file or an input is
 // wrong, ClickHouse refused or is unreachable); expectations that do not hold are Failures.
 func Run(ctx context.Context, f *File, opts Options) (*Result, error) {
-	defs := opts.Builtin
-	if len(f.RuleFiles) > 0 {
-		defs = nil
+	defs, slos := opts.Builtin, opts.BuiltinSLOs
+	if len(f.RuleFiles) > 0 || len(f.SLOFiles) > 0 {
+		defs, slos = nil, nil
 		for _, p := range f.ruleFiles() {
 			d, err := rules.ParseFile(p)
 			if err != nil {
@@ -63,6 +67,20 @@ func Run(ctx context.Context, f *File, opts Options) (*Result, error) {
 			}
 			defs = append(defs, d)
 		}
+		for _, p := range f.sloFiles() {
+			d, err := slo.ParseFile(p)
+			if err != nil {
+				return nil, fmt.Errorf("test file %s: %w", f.Path, err)
+			}
+			slos = append(slos, d)
+		}
+	}
+	for _, s := range slos {
+		rs, err := s.Rules()
+		if err != nil {
+			return nil, fmt.Errorf("test file %s: SLO %s: %w", f.Path, s.Name, err)
+		}
+		defs = append(defs, rs...)
 	}
 	byName := map[string]*rules.Definition{}
 	for _, d := range defs {
@@ -79,7 +97,7 @@ func Run(ctx context.Context, f *File, opts Options) (*Result, error) {
 	res := &Result{File: f.Path}
 	for i := range f.Tests {
 		c := &f.Tests[i]
-		failures, checks, err := runCase(ctx, f, c, byName, t0, opts.ClickHouse, log)
+		failures, checks, err := runCase(ctx, f, c, byName, slos, t0, opts.ClickHouse, log)
 		if err != nil {
 			return nil, err
 		}
@@ -90,8 +108,8 @@ func Run(ctx context.Context, f *File, opts Options) (*Result, error) {
 	return res, nil
 }
 
-func runCase(ctx context.Context, f *File, c *Case, byName map[string]*rules.Definition, t0 time.Time,
-	ch config.ClickHouse, log *slog.Logger) (failures []string, checks int, err error) {
+func runCase(ctx context.Context, f *File, c *Case, byName map[string]*rules.Definition, slos []*slo.Definition,
+	t0 time.Time, ch config.ClickHouse, log *slog.Logger) (failures []string, checks int, err error) {
 	where := func(line int) string { return fmt.Sprintf("%s:%d: test %q", f.Path, line, c.Name) }
 	// The rules the case names, in the order it first names them, each with its expectations.
 	var order []string
@@ -119,6 +137,11 @@ func runCase(ctx context.Context, f *File, c *Case, byName map[string]*rules.Def
 		return nil, 0, fmt.Errorf("%s: %w", where(c.Line), err)
 	}
 	defer drop()
+	cfg := ch
+	cfg.Cluster = ""
+	if err := slo.Sync(ctx, cfg, conn, slos, t0); err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", where(c.Line), err)
+	}
 	ld := loader{conn: conn, columns: map[string][]column{}}
 	for j, in := range c.Inputs {
 		if err := ld.insert(ctx, j, in, t0); err != nil {

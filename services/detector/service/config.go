@@ -18,7 +18,8 @@ import (
 type Config struct {
 	// ClickHouse is where the landing tables and the alerts table live.
 	ClickHouse config.ClickHouse
-	// WebhookURLs receive every alert (Alertmanager webhook v4).
+	// WebhookURLs receive every alert (Alertmanager webhook v4); two of them must differ in more
+	// than credentials or query.
 	WebhookURLs []string `env:"DETECTOR_WEBHOOK_URLS" envSeparator:","`
 	// WebhookSecret, when set, signs bodies: X-Servescope-Signature: sha256=<hex HMAC-SHA256>.
 	WebhookSecret string `env:"DETECTOR_WEBHOOK_SECRET"`
@@ -30,11 +31,20 @@ type Config struct {
 	AlertmanagerURLs []string `env:"DETECTOR_ALERTMANAGER_URLS" envSeparator:","`
 	// AlertmanagerTimeout bounds one POST to an Alertmanager.
 	AlertmanagerTimeout time.Duration `env:"DETECTOR_ALERTMANAGER_TIMEOUT" envDefault:"10s"`
-	// RulesDir holds extra rule files (*.yaml); a rule named like a built-in one replaces it.
+	// RulesDir holds extra rule files (*.yaml); a rule named like a built-in one replaces it
+	// (`servescope rules check` says so). They are reloaded when a file changes and on SIGHUP.
 	RulesDir string `env:"DETECTOR_RULES_DIR"`
+	// SLOsDir holds SLO files (*.yaml, services/detector/slo); an SLO named like a built-in one
+	// replaces it. Each SLO's burn-rate rules run with the others, and its objectives are written
+	// into slo_objectives at start and at every reload.
+	SLOsDir string `env:"DETECTOR_SLOS_DIR"`
+	// EnginesFile is the engines file (services/detector/slo, Engines): prices per engine-hour
+	// and slot limits, written into engine_config at start and at every reload.
+	EnginesFile string `env:"DETECTOR_ENGINES_FILE"`
 	// Interval is the evaluation interval of rules that do not set their own.
 	Interval time.Duration `env:"DETECTOR_INTERVAL" envDefault:"30s"`
-	// MetricsAddr serves /metrics, /healthz and /readyz.
+	// MetricsAddr serves /metrics, /healthz and /readyz (ready: ClickHouse answering, the alert
+	// state restored).
 	MetricsAddr string `env:"DETECTOR_METRICS_ADDR" envDefault:":9102"`
 	// RepeatInterval is how often a still-firing alert is sent again.
 	RepeatInterval time.Duration `env:"DETECTOR_REPEAT_INTERVAL" envDefault:"4h"`
@@ -42,14 +52,20 @@ type Config struct {
 	// (gateway → NATS → consumer batch) are in the tables when a window is read.
 	EvalDelay time.Duration `env:"DETECTOR_EVAL_DELAY" envDefault:"10s"`
 	// RuleConcurrency is how many rules of one evaluation group (the rules sharing an interval)
-	// run their queries at once; 1 evaluates them one after the other.
+	// run their queries at once; 1 evaluates them one after the other. Results are saved and sent
+	// in rule order. servescope_detector_group_last_duration_seconds and
+	// servescope_detector_group_iterations_missed_total (per interval) show a detector falling
+	// behind: a missed tick delays every alert by an interval.
 	RuleConcurrency int `env:"DETECTOR_RULE_CONCURRENCY" envDefault:"4"`
 	// DiagnoseWarmInterval is how often the detector computes into diagnose_hourly
-	// (migrations/000017) the hours of `servescope diagnose`'s default baseline that are missing
+	// (migration 000017) the hours of `servescope diagnose`'s default baseline that are missing
 	// or outdated, so that a diagnose merges a day's baseline instead of reading it
-	// (internal/diagnose, Warm). 0 turns it off.
+	// (internal/diagnose, Warm): the last 49 h, all models together, hours of 100,000 requests or
+	// more. 0 turns it off. servescope_detector_diagnose_hours_computed_total and
+	// servescope_detector_diagnose_warm_failures_total count its work.
 	DiagnoseWarmInterval time.Duration `env:"DETECTOR_DIAGNOSE_WARM_INTERVAL" envDefault:"5m"`
-	// ExternalURL is where the detector is reachable, sent as the messages' externalURL.
+	// ExternalURL is where the detector is reachable, sent as the webhook messages' externalURL
+	// and as the base of the alerts' generatorURL (ExternalURL/rules#<rule>).
 	ExternalURL string `env:"DETECTOR_EXTERNAL_URL"`
 	// Lease makes this detector one of several with the same settings of which one at a time
 	// works: the holder of the lease DETECTOR_LEASE_KEY in the bucket the setup step made on NATS

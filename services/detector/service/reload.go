@@ -209,30 +209,40 @@ func (d *Detector) runGroups(ctx context.Context) {
 // symlink swap) is several events, reloaded once.
 const settle = 250 * time.Millisecond
 
-// watchRules reloads the rules (built-in plus dir's) on SIGHUP and, when dir is set, when a rule
-// file in it changes, until ctx ends. hup is the SIGHUP channel, registered by the caller before
-// the detector starts so that a SIGHUP during the start is not lost (nor fatal). A refused reload
-// is logged and counted; the rules loaded before keep running.
-func (d *Detector) watchRules(ctx context.Context, dir string, hup <-chan os.Signal) {
+// watchRules reloads the rules (built-in plus DETECTOR_RULES_DIR's, and the SLOs with
+// DETECTOR_SLOS_DIR's) on SIGHUP and when a file in either directory changes, until ctx ends.
+// hup is the SIGHUP channel, registered by the caller before the detector starts so that a SIGHUP
+// during the start is not lost (nor fatal). A refused reload is logged and counted; the rules
+// loaded before keep running. The engines file is read again at every reload.
+func (d *Detector) watchRules(ctx context.Context, hup <-chan os.Signal) {
+	type watched struct{ name, dir string }
+	var dirs []watched
+	for _, w := range []watched{{"DETECTOR_RULES_DIR", d.cfg.RulesDir}, {"DETECTOR_SLOS_DIR", d.cfg.SLOsDir}} {
+		if w.dir != "" {
+			dirs = append(dirs, watched{w.name, filepath.Clean(w.dir)})
+		}
+	}
 	var events <-chan fsnotify.Event
 	var watchErrs <-chan error
 	var w *fsnotify.Watcher
-	if dir != "" {
+	if len(dirs) > 0 {
 		var err error
-		w, err = fsnotify.NewWatcher()
-		if err == nil {
-			err = w.Add(dir)
-		}
-		if err != nil {
-			d.log.Error("DETECTOR_RULES_DIR is not watched: rules reload on SIGHUP only", "dir", dir, "err", err)
+		if w, err = fsnotify.NewWatcher(); err != nil {
+			d.log.Error("rule and SLO directories are not watched: rules reload on SIGHUP only", "err", err)
 		} else {
 			defer w.Close()
 			events, watchErrs = w.Events, w.Errors
-			// The directory itself can be replaced (removed and created again, a git checkout, a
-			// deploy that swaps it): a watch follows the old directory, so the parent is watched
-			// too, and a directory created again under the same name is watched afresh.
-			if err := w.Add(filepath.Dir(filepath.Clean(dir))); err != nil {
-				d.log.Warn("the parent of DETECTOR_RULES_DIR is not watched: a directory created again is seen on SIGHUP only", "dir", dir, "err", err)
+			for _, wd := range dirs {
+				if err := w.Add(wd.dir); err != nil {
+					d.log.Error(wd.name+" is not watched: rules reload on SIGHUP only", "dir", wd.dir, "err", err)
+					continue
+				}
+				// The directory itself can be replaced (removed and created again, a git checkout, a
+				// deploy that swaps it): a watch follows the old directory, so the parent is watched
+				// too, and a directory created again under the same name is watched afresh.
+				if err := w.Add(filepath.Dir(wd.dir)); err != nil {
+					d.log.Warn("the parent of "+wd.name+" is not watched: a directory created again is seen on SIGHUP only", "dir", wd.dir, "err", err)
+				}
 			}
 		}
 	}
@@ -242,25 +252,27 @@ func (d *Detector) watchRules(ctx context.Context, dir string, hup <-chan os.Sig
 		case <-ctx.Done():
 			return
 		case <-hup:
-			d.reloadFrom(ctx, dir, "SIGHUP")
+			d.reloadFrom(ctx, "SIGHUP")
 		case ev := <-events:
-			if filepath.Clean(ev.Name) == filepath.Clean(dir) {
-				if ev.Has(fsnotify.Create) {
-					if err := w.Add(dir); err != nil {
-						d.log.Warn("watching DETECTOR_RULES_DIR again", "dir", dir, "err", err)
+			name := filepath.Clean(ev.Name)
+			for _, wd := range dirs {
+				switch {
+				case name == wd.dir:
+					if ev.Has(fsnotify.Create) {
+						if err := w.Add(wd.dir); err != nil {
+							d.log.Warn("watching "+wd.name+" again", "dir", wd.dir, "err", err)
+						}
 					}
+					settled = time.After(settle)
+				case filepath.Dir(name) == wd.dir && ruleFileEvent(ev):
+					settled = time.After(settle)
 				}
-				settled = time.After(settle)
-				continue
-			}
-			if filepath.Dir(filepath.Clean(ev.Name)) == filepath.Clean(dir) && ruleFileEvent(ev) {
-				settled = time.After(settle)
 			}
 		case err := <-watchErrs:
-			d.log.Warn("watching DETECTOR_RULES_DIR", "dir", dir, "err", err)
+			d.log.Warn("watching the rule and SLO directories", "err", err)
 		case <-settled:
 			settled = nil
-			d.reloadFrom(ctx, dir, "file change")
+			d.reloadFrom(ctx, "file change")
 		}
 	}
 }
@@ -275,12 +287,16 @@ func ruleFileEvent(ev fsnotify.Event) bool {
 	return strings.HasSuffix(base, ".yaml") || strings.HasSuffix(base, ".yml") || strings.HasPrefix(base, "..")
 }
 
-// reloadFrom loads the rules again and reloads them, logging and counting the outcome.
-func (d *Detector) reloadFrom(ctx context.Context, dir, why string) {
+// reloadFrom loads the rules and SLOs again and reloads them, then writes the SLOs and the engines
+// file into ClickHouse (WriteConfig), logging and counting the outcome.
+func (d *Detector) reloadFrom(ctx context.Context, why string) {
 	d.reloads.reloads.Inc()
-	defs, err := LoadRules(dir)
+	l, err := Load(d.cfg)
 	if err == nil {
-		err = d.Reload(ctx, defs)
+		err = d.Reload(ctx, l.Rules)
+	}
+	if err == nil {
+		err = d.WriteConfig(ctx, l)
 	}
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -293,7 +309,7 @@ func (d *Detector) reloadFrom(ctx context.Context, dir, why string) {
 	}
 	d.reloads.lastOK.Set(1)
 	d.reloads.lastOKTime.SetToCurrentTime()
-	d.log.Info("rules reloaded", "trigger", why, "rules", len(defs))
+	d.log.Info("rules reloaded", "trigger", why, "rules", len(l.Rules), "slos", len(l.SLOs))
 }
 
 // notifyHUP registers for SIGHUP; stop releases it.

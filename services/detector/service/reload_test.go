@@ -218,9 +218,10 @@ func TestServeReloadsRules(t *testing.T) {
 	writeRule(t, dir, "errors.yaml", reloadRule("reload_errors", 2, ""))
 	writeRule(t, dir, "errors_b.yaml", reloadRule("reload_errors_b", 1, ""))
 	waitUntil(t, "the firing of the new rule reload_errors_b", func() bool { return firing("reload_errors_b") == 1 })
-	waitUntil(t, "a successful reload with 12 rules", func() bool {
+	// 10 built-in rules, the built-in SLO's 2 burn-rate rules (a reload loads the SLOs too) and the 2 here.
+	waitUntil(t, "a successful reload with 14 rules", func() bool {
 		return metric(t, metricsURL, "servescope_detector_rule_last_reload_successful") == 1 &&
-			metric(t, metricsURL, "servescope_detector_rules") == 12
+			metric(t, metricsURL, "servescope_detector_rules") == 14
 	})
 	n = evals()
 	waitUntil(t, "two evaluations of the reloaded rule", func() bool { return evals() >= n+2 })
@@ -266,9 +267,9 @@ func TestServeReloadsRules(t *testing.T) {
 	if err := os.Rename(staged, dir); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "a successful reload of the directory created again, with 13 rules", func() bool {
+	waitUntil(t, "a successful reload of the directory created again, with 15 rules", func() bool {
 		return metric(t, metricsURL, "servescope_detector_rule_last_reload_successful") == 1 &&
-			metric(t, metricsURL, "servescope_detector_rules") == 13
+			metric(t, metricsURL, "servescope_detector_rules") == 15
 	})
 	waitUntil(t, "the firing of reload_errors_c", func() bool { return firing("reload_errors_c") == 1 })
 	for _, m := range recv.messages() {

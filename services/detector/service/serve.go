@@ -99,10 +99,20 @@ func Serve(ctx context.Context, cfg Config, defs []*rules.Definition, ln net.Lis
 			if err := wait(ctx, "restore alert state", d.Restore); err != nil {
 				return stopped(ctx, err)
 			}
+			// The SLOs' objectives and the engines file, which the views read, as they are now.
+			if err := wait(ctx, "write the SLOs and the engines file", func(ctx context.Context) error {
+				l, err := Load(cfg)
+				if err != nil {
+					return retry.Permanent(err)
+				}
+				return d.WriteConfig(ctx, l)
+			}); err != nil {
+				return stopped(ctx, err)
+			}
 			ready.Started()
 			log.Info("detector running", "rules", len(defs), "interval", cfg.Interval, "webhooks", len(cfg.WebhookURLs), "alertmanagers", len(cfg.AlertmanagerURLs), "metrics", ln.Addr().String())
 			watched := make(chan struct{})
-			go func() { defer close(watched); d.watchRules(ctx, cfg.RulesDir, hup) }()
+			go func() { defer close(watched); d.watchRules(ctx, hup) }()
 			d.Run(ctx)
 			<-watched
 			return nil

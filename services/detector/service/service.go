@@ -19,7 +19,68 @@ import (
 	"github.com/servescope/servescope/services/detector/alerting"
 	"github.com/servescope/servescope/services/detector/notify"
 	"github.com/servescope/servescope/services/detector/rules"
+	"github.com/servescope/servescope/services/detector/slo"
 )
+
+// LoadSLOs returns the built-in SLOs merged with the *.yaml files of dir (when not empty).
+func LoadSLOs(dir string) ([]*slo.Definition, error) {
+	defs, err := slo.LoadBuiltin(builtin.SLOs, builtin.SLOsDir, builtin.RepoDir)
+	if err != nil {
+		return nil, fmt.Errorf("built-in SLOs: %w", err)
+	}
+	if dir == "" {
+		return defs, nil
+	}
+	user, err := slo.Load(os.DirFS(dir), ".")
+	if err != nil {
+		return nil, fmt.Errorf("DETECTOR_SLOS_DIR %s: %w", dir, err)
+	}
+	return slo.Merge(defs, user), nil
+}
+
+// Loaded is what the detector runs: its rules (built-in, DETECTOR_RULES_DIR's and the burn-rate
+// rules of the SLOs), the SLOs themselves and the engines file.
+type Loaded struct {
+	Rules   []*rules.Definition
+	SLOs    []*slo.Definition
+	Engines *slo.Engines
+}
+
+// Load reads the rules of cfg.RulesDir, the SLOs of cfg.SLOsDir and cfg.EnginesFile. A rule file
+// naming an SLO's generated rule is refused: the SLO file is where that rule is changed.
+func Load(cfg Config) (Loaded, error) {
+	defs, err := LoadRules(cfg.RulesDir)
+	if err != nil {
+		return Loaded{}, err
+	}
+	slos, err := LoadSLOs(cfg.SLOsDir)
+	if err != nil {
+		return Loaded{}, err
+	}
+	names := map[string]string{}
+	for _, d := range defs {
+		names[d.Name] = d.Source
+	}
+	for _, s := range slos {
+		rs, err := s.Rules()
+		if err != nil {
+			return Loaded{}, fmt.Errorf("SLO %s: %w", s.Name, err)
+		}
+		for _, r := range rs {
+			if src, ok := names[r.Name]; ok {
+				return Loaded{}, fmt.Errorf("rule file %s: rule %s is generated from SLO %s (%s): change the SLO file instead", src, r.Name, s.Name, s.Source)
+			}
+			names[r.Name] = r.Source
+			defs = append(defs, r)
+		}
+	}
+	sort.Slice(defs, func(i, j int) bool { return defs[i].Name < defs[j].Name })
+	eng, err := slo.ReadEngines(cfg.EnginesFile)
+	if err != nil {
+		return Loaded{}, err
+	}
+	return Loaded{Rules: defs, SLOs: slos, Engines: eng}, nil
+}
 
 // LoadRules returns the built-in rules merged with the *.yaml files of dir (when not empty).
 func LoadRules(dir string) ([]*rules.Definition, error) {
@@ -399,4 +460,20 @@ func finite(v float64) *float64 {
 		return nil
 	}
 	return &v
+}
+
+// WriteConfig writes l's SLOs into slo_objectives and its engines file into engine_config (one
+// load each, at the wall clock's time; every node of a sharded schema), which the service-level,
+// cost and capacity views read (migrations/000040 and 000041).
+func (d *Detector) WriteConfig(ctx context.Context, l Loaded) error {
+	at := time.Now()
+	if err := slo.Sync(ctx, d.cfg.ClickHouse, d.conn, l.SLOs, at); err != nil {
+		return err
+	}
+	if l.Engines != nil {
+		if err := slo.SyncEngines(ctx, d.cfg.ClickHouse, d.conn, l.Engines, at); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -33,22 +33,23 @@ type Config struct {
 	// gets the same again.
 	ShutdownTimeout time.Duration `env:"GATEWAY_SHUTDOWN_TIMEOUT" envDefault:"30s"`
 
-	// SpoolDir holds the publisher's on-disk spool.
+	// SpoolDir holds the publisher's on-disk spool: events NATS has not acknowledged wait there
+	// while NATS is away, and are replayed in order.
 	SpoolDir string `env:"GATEWAY_SPOOL_DIR" envDefault:"/var/lib/servescope/gateway-spool"`
-	// SpoolMaxBytes caps the spool.
+	// SpoolMaxBytes caps the spool; events beyond it are dropped, counted and logged as errors.
 	SpoolMaxBytes int64 `env:"GATEWAY_SPOOL_MAX_BYTES" envDefault:"1073741824"`
-	// SpoolFsync is the spool's sync policy: always, interval or never.
+	// SpoolFsync is the spool's sync policy: always, interval (every second) or never.
 	SpoolFsync string `env:"GATEWAY_SPOOL_FSYNC" envDefault:"interval"`
 	// PublishLinger is how long the recorder and the publisher wait to gather events before
 	// encoding and sending them together; it saves CPU per request at the cost of that much
 	// delay before events reach NATS.
 	PublishLinger time.Duration `env:"GATEWAY_PUBLISH_LINGER" envDefault:"5ms"`
-	// PublishQueueSize bounds the in-memory event queue.
+	// PublishQueueSize bounds the in-memory event queue; a full queue spills to the spool.
 	PublishQueueSize int `env:"GATEWAY_PUBLISH_QUEUE_SIZE" envDefault:"8192"`
 
 	// CaptureContent stores prompt and output text in request.finished.
 	CaptureContent bool `env:"GATEWAY_CAPTURE_CONTENT" envDefault:"false"`
-	// CaptureMaxBytes bounds each stored text.
+	// CaptureMaxBytes bounds each stored text, after redaction.
 	CaptureMaxBytes int `env:"GATEWAY_CAPTURE_MAX_BYTES" envDefault:"4096"`
 	// CaptureRedact lists redaction regular expressions (RE2), one per line; matches are
 	// replaced by [REDACTED] before truncation. One pattern with alternation works as well.

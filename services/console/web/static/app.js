@@ -70,6 +70,11 @@
       });
       var r = $("#f-refresh").value;
       if (r !== "0") p.set("refresh", r);
+      // The page's own parameters stay: which request (arrival), rule or order it shows.
+      var cur = new URLSearchParams(location.search);
+      ["arrival", "rule", "slow"].forEach(function (k) {
+        if (cur.get(k)) p.set(k, cur.get(k));
+      });
       location.search = p.toString();
     });
     var sel = $("#f-refresh");
@@ -127,6 +132,13 @@
   }
 
   // ---- formatting ---------------------------------------------------------------------------
+  function compact(v) {
+    var a = Math.abs(v);
+    if (a >= 1e6) return parseFloat((v / 1e6).toPrecision(3)) + "M";
+    if (a >= 1e3) return parseFloat((v / 1e3).toPrecision(3)) + "k";
+    return a >= 100 ? Math.round(v).toString() : (Math.round(v * 10) / 10).toString();
+  }
+
   function fmt(unit) {
     return function (v) {
       if (v == null || isNaN(v)) return "–";
@@ -137,6 +149,11 @@
           return parseFloat(v.toPrecision(3)) + " s";
         case "share": return (v * 100).toFixed(v < 0.1 ? 1 : 0) + "%";
         case "score": return v.toFixed(3);
+        case "tokens": return compact(v);
+        case "tokens_per_s": return compact(v) + "/s";
+        case "requests_per_s": return (Math.abs(v) >= 100 ? Math.round(v) : parseFloat(v.toPrecision(3))) + "/s";
+        case "ratio": return parseFloat(v.toPrecision(3)) + "×";
+        case "usd": return "$" + (Math.abs(v) >= 100 ? Math.round(v).toString() : parseFloat(v.toPrecision(3)).toString());
         default: return Math.abs(v) >= 100 ? Math.round(v).toString() : (Math.round(v * 10) / 10).toString();
       }
     };
@@ -413,10 +430,12 @@
     return next();
   }
 
-  function lanes() {
-    $all(".seg[data-l]").forEach(function (s) {
+  // Positions drawn by the server (alert lanes, a request's timeline, time axes) come as data-l
+  // and data-w in percent: the page's policy allows no inline style attribute.
+  function positions() {
+    $all("[data-l]").forEach(function (s) {
       s.style.left = s.dataset.l + "%";
-      s.style.width = s.dataset.w + "%";
+      if (s.dataset.w) s.style.width = s.dataset.w + "%";
     });
   }
 
@@ -431,7 +450,7 @@
   document.addEventListener("DOMContentLoaded", function () {
     login();
     filters();
-    lanes();
+    positions();
     schedule();
     if ($("[data-panel]")) loadAll();
     else document.body.dataset.loaded = "1";
