@@ -414,6 +414,14 @@ func generationContention(cur, base *Stats, hasBase bool) Branch {
 	return br
 }
 
+// The retrieval branch's conclusions that readByWindow combines: a range whose versions changed
+// while its median held, and a worst window in it where the score fell.
+const (
+	retrievalVersionsOnly               = "the retrieval versions changed; the median top score has not fallen (yet)"
+	retrievalFellWithVersion            = "the top passage score fell with a retrieval version change: an incompatible encoder or index"
+	retrievalFellWithVersionNotRuledOut = "that the questions changed at the same time"
+)
+
 func retrievalDrift(cur, base *Stats, hasBase bool) Branch {
 	br := Branch{ID: BranchRetrieval, Title: Title(BranchRetrieval)}
 	changed := versionChanges(cur, base, hasBase, "embedding_model_version", "index_version")
@@ -443,8 +451,7 @@ func retrievalDrift(cur, base *Stats, hasBase bool) Branch {
 	switch {
 	case drop && (changed != "" || mixed != ""):
 		br.Status = StatusFinding
-		br.Conclusion = "the top passage score fell with a retrieval version change: an incompatible encoder or index"
-		br.NotRuledOut = "that the questions changed at the same time"
+		br.Conclusion, br.NotRuledOut = retrievalFellWithVersion, retrievalFellWithVersionNotRuledOut
 	case drop && noBase:
 		br.Status = StatusFinding
 		br.Conclusion = "the median top passage score is under the absolute floor (no baseline scores to compare with): the retrieved passages do not match the questions"
@@ -455,7 +462,7 @@ func retrievalDrift(cur, base *Stats, hasBase bool) Branch {
 		br.NotRuledOut = "an unrecorded index or corpus change versus a change in the questions"
 	case changed != "" || mixed != "":
 		br.Status = StatusFinding
-		br.Conclusion = "the retrieval versions changed; the median top score has not fallen (yet)"
+		br.Conclusion = retrievalVersionsOnly
 		br.NotRuledOut = "a drift the median does not show yet: compare the score distributions, not only p50"
 	case noBase || cur.RetrievalTopP50 == nil:
 		// Without baseline scores (or versions) a median above the floor and no version change

@@ -325,7 +325,18 @@ func (rep *Report) readByWindow(ctx context.Context, conn driver.Conn, opts Opti
 		b.Resolution = res[b.ID]
 		if wb, w, ok := worstWindow(b.ID, byLength[res[b.ID]], &rep.Base, rep.HasBaseline); ok {
 			b.Window = &w
-			if (b.Status != StatusFinding && wb.Status == StatusFinding) || (b.Status == StatusClear && wb.Status == StatusCannotTell) {
+			if b.ID == BranchRetrieval && b.Conclusion == retrievalVersionsOnly && wb.Status == StatusFinding && wb.Conclusion != retrievalVersionsOnly {
+				// The versions changed over the range (a window's stats carry no versions) and
+				// the score fell in its worst window: together, the incompatible encoder or
+				// index, not "the median has not fallen".
+				whole := b.Evidence
+				wb.Resolution, wb.Window, wb.FromWindow = b.Resolution, &w, true
+				wb.Conclusion, wb.NotRuledOut = retrievalFellWithVersion, retrievalFellWithVersionNotRuledOut
+				for _, e := range whole {
+					wb.Evidence = append(wb.Evidence, "over the whole range: "+e)
+				}
+				b = wb
+			} else if (b.Status != StatusFinding && wb.Status == StatusFinding) || (b.Status == StatusClear && wb.Status == StatusCannotTell) {
 				whole := b.Conclusion
 				wb.Resolution, wb.Window, wb.FromWindow = b.Resolution, &w, true
 				wb.Evidence = append(wb.Evidence, "over the whole range: "+whole)
