@@ -39,7 +39,11 @@ func Statements(page string) ([]string, error) {
 	return out, nil
 }
 
+// CookbookPage holds the ready SQL users copy.
+const CookbookPage = "sql-cookbook.md"
+
 // SQLPages are the pages whose ```sql blocks a test runs: the cookbook's on a migrated database
-// (internal/chstore), the backups page's on a server with a backup disk (docs). A ```sql block
+// (internal/chstore), on two shards and as the console's account there (dev/e2e, dev/security),
+// the backups page's on a server with a backup disk (docs). A ```sql block
 // anywhere else fails TestSQLOnlyWhereItRuns.
-var SQLPages = []string{"sql-cookbook.md", "operations/backups.md"}
+var SQLPages = []string{CookbookPage, "operations/backups.md"}

@@ -298,7 +298,7 @@ func readClickHouseNode(t *testing.T, root string, s service) clickHouseNode {
 // TestClusterClickHouse: every ClickHouse node of the profile mounts the one remote_servers file,
 // the one Keeper client file and macros of its own; remote_servers lays out 2 shards of 2
 // replicas over exactly the profile's nodes, under the cluster name the services are given, with
-// the sharded schema's local database as each replica's default database; each node's macros
+// the sharded schema's Replicated local tables under internal_replication and no default database; each node's macros
 // name its shard (its position in remote_servers) and itself as replica, unique across nodes;
 // its hostname, which a replica gives the others to fetch parts from, is its service name; and
 // the setup step is given every node.
@@ -313,7 +313,6 @@ func TestClusterClickHouse(t *testing.T) {
 	if clusterName == "" || db == "" {
 		t.Fatalf("cluster-migrate has no SERVESCOPE_CLICKHOUSE_CLUSTER or _DATABASE: %v", setup)
 	}
-	local := chstore.LocalDatabase(config.ClickHouse{Database: db})
 
 	remoteFile, keeperFile := "", ""
 	seenMacros := map[string]string{} // shard/replica → node
@@ -382,15 +381,19 @@ func TestClusterClickHouse(t *testing.T) {
 		if len(sh.Replicas) != clusterReplicasAShard {
 			t.Errorf("%s: shard %d has %d replicas, want %d", remoteFile, i+1, len(sh.Replicas), clusterReplicasAShard)
 		}
-		// The local tables are plain ReplacingMergeTree (chstore.MigrateSharded): only the
-		// Distributed table writing every replica keeps them all whole.
-		if sh.InternalReplication {
-			t.Errorf("%s: shard %d has internal_replication true over plain local tables: each replica would hold only the rows sent to it", remoteFile, i+1)
+		// The local tables are ReplicatedReplacingMergeTree (chstore.ReplicatedMigrations):
+		// a Distributed table writes one replica and Keeper copies the rows to the other.
+		// With internal_replication false it would write both, and each row twice.
+		if !sh.InternalReplication || setup["SERVESCOPE_CLICKHOUSE_REPLICATED"] != "true" {
+			t.Errorf("%s: shard %d internal_replication %v, cluster-migrate SERVESCOPE_CLICKHOUSE_REPLICATED %q; want true and Replicated local tables",
+				remoteFile, i+1, sh.InternalReplication, setup["SERVESCOPE_CLICKHOUSE_REPLICATED"])
 		}
 		for _, r := range sh.Replicas {
 			hosts = append(hosts, r.Host)
-			if r.Port != 9000 || r.DefaultDatabase != local {
-				t.Errorf("%s: replica %s port %d, default_database %q; want 9000 and %q", remoteFile, r.Host, r.Port, r.DefaultDatabase, local)
+			// No default_database: the views name their databases (chstore.QualifyViews), and a
+			// replica naming one is taken by its own node for a remote replica.
+			if r.Port != 9000 || r.DefaultDatabase != "" {
+				t.Errorf("%s: replica %s port %d, default_database %q; want 9000 and none", remoteFile, r.Host, r.Port, r.DefaultDatabase)
 			}
 		}
 	}

@@ -200,9 +200,8 @@ func StartPrivateClickHouse(ctx context.Context, root, parent string, log *slog.
 }
 
 // StartPrivateShards starts n private servers as the n shards (one replica each) of cluster in
-// their remote_servers, with database as every replica's default_database (the sharded schema's
-// local database, see servers.ClickHouse.ClusterDatabase). Stop each with Stop.
-func StartPrivateShards(ctx context.Context, root, parent, cluster, database string, n int, log *slog.Logger) ([]*PrivateClickHouse, error) {
+// their remote_servers. Stop each with Stop.
+func StartPrivateShards(ctx context.Context, root, parent, cluster string, n int, log *slog.Logger) ([]*PrivateClickHouse, error) {
 	var out []*PrivateClickHouse
 	// Every shard names every other's native port: a port lost by one is new ports for all.
 	_, err := proc.OnFreePorts(ctx, 2*n, func(ctx context.Context, ports []int) error {
@@ -213,7 +212,7 @@ func StartPrivateShards(ctx context.Context, root, parent, cluster, database str
 		out = nil
 		for i := range n {
 			p, err := startPrivateClickHouse(ctx, root, parent, ports[2*i], ports[2*i+1], func(c *servers.ClickHouse) {
-				c.Clusters, c.ClusterDatabase = map[string][][]string{cluster: layout}, database
+				c.Clusters = map[string][][]string{cluster: layout}
 			}, log)
 			if err != nil {
 				for _, p := range out {

@@ -3,7 +3,9 @@
 // not running, detached, and waits until it serves; `down` stops what `up` started; `status` and
 // `logs` show them. `up nats-cluster` adds a JetStream cluster of several nats-server nodes on
 // their own loopback ports (see [Config.NATSCluster]), for running the services against
-// replicated streams; status, down and logs cover it once started. The servers are the ones dev/servers describes, run through dev/proc; their
+// replicated streams; `up clickhouse-shards` adds ClickHouse servers as the shards of one
+// cluster (see [Config.ClickHouseShards]), for a sharded schema; status, down and logs cover
+// them once started. The servers are the ones dev/servers describes, run through dev/proc; their
 // data, logs and pid files live under the cache directory, laid out as the script has always
 // laid them out, so servers started by an earlier version of the script are found, checked and
 // stopped like the others.
@@ -51,6 +53,13 @@ type Config struct {
 	// SERVESCOPE_DEV_NATS_CLUSTER_PORT [4231], SERVESCOPE_DEV_NATS_CLUSTER_MONITOR_PORT [8231],
 	// SERVESCOPE_DEV_NATS_CLUSTER_ROUTE_PORT [6231].
 	NATSClusterPort, NATSClusterMonitorPort, NATSClusterRoutePort int
+	// ClickHouseShardCount is how many shards `up clickhouse-shards` runs:
+	// SERVESCOPE_DEV_CLICKHOUSE_SHARDS [2], from 2 to 9.
+	ClickHouseShardCount int
+	// ClickHouseShardsTCPPort and ClickHouseShardsHTTPPort are the first shard's native and HTTP
+	// ports; shard i (from 1) takes each plus i-1: SERVESCOPE_DEV_CLICKHOUSE_SHARDS_TCP_PORT [9201],
+	// SERVESCOPE_DEV_CLICKHOUSE_SHARDS_HTTP_PORT [8201].
+	ClickHouseShardsTCPPort, ClickHouseShardsHTTPPort int
 
 	// DemoDatabase is the database the demo console's read-only account may read (scripts/demo's
 	// SERVESCOPE_DEMO_DATABASE [servescope_demo]): the ClickHouse server takes its users at start
@@ -111,12 +120,24 @@ func Load(root string, getenv func(string) string) (Config, error) {
 	c.NATSClusterPort = port("SERVESCOPE_DEV_NATS_CLUSTER_PORT", 4231)
 	c.NATSClusterMonitorPort = port("SERVESCOPE_DEV_NATS_CLUSTER_MONITOR_PORT", 8231)
 	c.NATSClusterRoutePort = port("SERVESCOPE_DEV_NATS_CLUSTER_ROUTE_PORT", 6231)
+	c.ClickHouseShardCount = positive("SERVESCOPE_DEV_CLICKHOUSE_SHARDS", 2)
+	if c.ClickHouseShardCount < 2 || c.ClickHouseShardCount > 9 {
+		errs = append(errs, fmt.Errorf("SERVESCOPE_DEV_CLICKHOUSE_SHARDS=%d: want 2 to 9 shards", c.ClickHouseShardCount))
+	}
+	c.ClickHouseShardsTCPPort = port("SERVESCOPE_DEV_CLICKHOUSE_SHARDS_TCP_PORT", 9201)
+	c.ClickHouseShardsHTTPPort = port("SERVESCOPE_DEV_CLICKHOUSE_SHARDS_HTTP_PORT", 8201)
 	for _, p := range []struct {
-		name string
-		v    int
-	}{{"SERVESCOPE_DEV_NATS_CLUSTER_PORT", c.NATSClusterPort}, {"SERVESCOPE_DEV_NATS_CLUSTER_MONITOR_PORT", c.NATSClusterMonitorPort}, {"SERVESCOPE_DEV_NATS_CLUSTER_ROUTE_PORT", c.NATSClusterRoutePort}} {
-		if p.v+c.NATSClusterNodes-1 > 65535 {
-			errs = append(errs, fmt.Errorf("%s=%d: the cluster's %d nodes take ports up to %d, past 65535", p.name, p.v, c.NATSClusterNodes, p.v+c.NATSClusterNodes-1))
+		name, what string
+		v, n       int
+	}{
+		{"SERVESCOPE_DEV_NATS_CLUSTER_PORT", "the cluster's nodes", c.NATSClusterPort, c.NATSClusterNodes},
+		{"SERVESCOPE_DEV_NATS_CLUSTER_MONITOR_PORT", "the cluster's nodes", c.NATSClusterMonitorPort, c.NATSClusterNodes},
+		{"SERVESCOPE_DEV_NATS_CLUSTER_ROUTE_PORT", "the cluster's nodes", c.NATSClusterRoutePort, c.NATSClusterNodes},
+		{"SERVESCOPE_DEV_CLICKHOUSE_SHARDS_TCP_PORT", "the ClickHouse shards", c.ClickHouseShardsTCPPort, c.ClickHouseShardCount},
+		{"SERVESCOPE_DEV_CLICKHOUSE_SHARDS_HTTP_PORT", "the ClickHouse shards", c.ClickHouseShardsHTTPPort, c.ClickHouseShardCount},
+	} {
+		if p.v+p.n-1 > 65535 {
+			errs = append(errs, fmt.Errorf("%s=%d: %s (%d) take ports up to %d, past 65535", p.name, p.v, p.what, p.n, p.v+p.n-1))
 		}
 	}
 	cache := getenv(servers.CacheDirEnv)
@@ -340,8 +361,8 @@ func (c Config) up(ctx context.Context, s server) error {
 }
 
 // Down stops the servers dev-services started (all when which is empty, else the one named
-// nats or clickhouse, or the cluster's nodes for nats-cluster): SIGTERM to the process group,
-// SIGKILL after 15 s.
+// nats or clickhouse, the cluster's nodes for nats-cluster, the shards for clickhouse-shards):
+// SIGTERM to the process group, SIGKILL after 15 s.
 func Down(ctx context.Context, c Config, which string) error {
 	all := c.servers()
 	cluster, err := c.clusterServers()
@@ -349,17 +370,24 @@ func Down(ctx context.Context, c Config, which string) error {
 		return err
 	}
 	slices.Reverse(cluster)
+	shards, err := c.shardServers()
+	if err != nil {
+		return err
+	}
+	slices.Reverse(shards)
 	var targets []server
 	switch which {
 	case "":
-		// The reverse of the start order. The cluster's nodes are named only once started, so
-		// a plain `down` says nothing of a cluster nobody ran.
-		started, err := clusterStarted(ctx, cluster)
-		if err != nil {
-			return err
-		}
-		if started {
-			targets = cluster
+		// The reverse of the start order. The cluster's nodes and the shards are named only once
+		// started, so a plain `down` says nothing of a cluster nobody ran.
+		for _, group := range [][]server{shards, cluster} {
+			started, err := clusterStarted(ctx, group)
+			if err != nil {
+				return err
+			}
+			if started {
+				targets = append(targets, group...)
+			}
 		}
 		targets = append(targets, all[1], all[0])
 	case "nats":
@@ -368,8 +396,10 @@ func Down(ctx context.Context, c Config, which string) error {
 		targets = all[1:]
 	case "nats-cluster":
 		targets = cluster
+	case "clickhouse-shards":
+		targets = shards
 	default:
-		return fmt.Errorf("down: unknown server %q (clickhouse, nats or nats-cluster)", which)
+		return fmt.Errorf("down: unknown server %q (clickhouse, nats, nats-cluster or clickhouse-shards)", which)
 	}
 	unlock, err := c.lock()
 	if err != nil {
@@ -399,7 +429,8 @@ func Down(ctx context.Context, c Config, which string) error {
 var ErrUnhealthy = errors.New("not every dev server is running and healthy")
 
 // Status prints one line a server (and, for one that died, its last crash report).
-// The cluster's nodes (see UpNATSCluster) are shown, and count, only once one was started.
+// The cluster's nodes (see UpNATSCluster) and the shards (UpClickHouseShards) are shown, and
+// count, only once one was started.
 func Status(ctx context.Context, c Config) error {
 	ok := true
 	list := c.servers()
@@ -414,6 +445,17 @@ func Status(ctx context.Context, c Config) error {
 	if started {
 		list = append(list, cluster...)
 	}
+	shards, err := c.shardServers()
+	if err != nil {
+		return err
+	}
+	shardsStarted, err := clusterStarted(ctx, shards)
+	if err != nil {
+		return err
+	}
+	if shardsStarted {
+		list = append(list, shards...)
+	}
 	for _, s := range list {
 		found, err := proc.Inspect(s.spec.PidFile, &s.spec)
 		if err != nil {
@@ -427,15 +469,15 @@ func Status(ctx context.Context, c Config) error {
 			if !healthy {
 				health = "unhealthy"
 			}
-			fmt.Fprintf(c.Out, "%-11s %s\n", s.name, s.status(found.Pid, health))
+			fmt.Fprintf(c.Out, "%-12s %s\n", s.name, s.status(found.Pid, health))
 			if found.ExeDeleted {
-				fmt.Fprintf(c.Out, "            runs an older %s than %s; `down %s` then `up` applies it\n",
+				fmt.Fprintf(c.Out, "             runs an older %s than %s; `down %s` then `up` applies it\n",
 					filepath.Base(s.spec.Path), s.spec.Path, s.name)
 			}
 		case healthy:
-			fmt.Fprintf(c.Out, "%-11s running (not started by dev-services) %s\n", s.name, s.foreign)
+			fmt.Fprintf(c.Out, "%-12s running (not started by dev-services) %s\n", s.name, s.foreign)
 		default:
-			fmt.Fprintf(c.Out, "%-11s stopped\n", s.name)
+			fmt.Fprintf(c.Out, "%-12s stopped\n", s.name)
 			if found.State == proc.NotRunning && found.Pid != 0 {
 				report, err := s.lastCrash()
 				if err != nil {
@@ -444,12 +486,15 @@ func Status(ctx context.Context, c Config) error {
 				if report == "" {
 					report = "(none: the server logged no fatal error)"
 				}
-				fmt.Fprintf(c.Out, "            pid %d died; last crash report:\n%s\n", found.Pid, report)
+				fmt.Fprintf(c.Out, "             pid %d died; last crash report:\n%s\n", found.Pid, report)
 			}
 		}
 	}
 	if started {
-		fmt.Fprintf(c.Out, "%-11s %s\n", "", c.clusterStatus(ctx))
+		fmt.Fprintf(c.Out, "%-12s %s\n", "", c.clusterStatus(ctx))
+	}
+	if shardsStarted {
+		fmt.Fprintf(c.Out, "%-12s %s\n", "", c.shardsStatus())
 	}
 	if !ok {
 		return ErrUnhealthy
@@ -458,13 +503,18 @@ func Status(ctx context.Context, c Config) error {
 }
 
 // LogFiles are the logs `logs` shows, those that exist: NATS's, the ClickHouse launcher's, the
-// engine's error log and the cluster nodes'.
+// engine's error log, the cluster nodes' and the shards' (launcher and engine errors).
 func (c Config) LogFiles() []string {
 	ch := c.ClickHouse()
 	logs := []string{c.NATS().Log, ch.Log, ch.EngineErrorLog}
 	if nodes, err := c.NATSCluster(); err == nil {
 		for _, n := range nodes {
 			logs = append(logs, n.Log)
+		}
+	}
+	if shards, err := c.ClickHouseShards(); err == nil {
+		for _, n := range shards {
+			logs = append(logs, n.Log, n.EngineErrorLog)
 		}
 	}
 	var files []string

@@ -28,7 +28,8 @@ func TestLoad(t *testing.T) {
 	}
 	if cfg.NATSPort != 4222 || cfg.NATSMonitorPort != 8222 || cfg.ClickHouseTCPPort != 9000 || cfg.ClickHouseHTTPPort != 8123 ||
 		cfg.ClickHouseLogLevel != "information" || cfg.StartTimeout != time.Minute || cfg.LogLines != 40 ||
-		cfg.NATSClusterNodes != 3 || cfg.NATSClusterPort != 4231 || cfg.NATSClusterMonitorPort != 8231 || cfg.NATSClusterRoutePort != 6231 {
+		cfg.NATSClusterNodes != 3 || cfg.NATSClusterPort != 4231 || cfg.NATSClusterMonitorPort != 8231 || cfg.NATSClusterRoutePort != 6231 ||
+		cfg.ClickHouseShardCount != 2 || cfg.ClickHouseShardsTCPPort != 9201 || cfg.ClickHouseShardsHTTPPort != 8201 {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	if want := filepath.Join(root, ".cache"); cfg.CacheDir != want {
@@ -60,6 +61,15 @@ func TestLoad(t *testing.T) {
 		{"SERVESCOPE_DEV_NATS_CLUSTER_ROUTE_PORT": "65534"},
 	} {
 		if _, err := Load(root, env(bad)); err == nil || !strings.Contains(err.Error(), "SERVESCOPE_DEV_NATS_CLUSTER_") {
+			t.Errorf("%v: %v, want an error naming the variable", bad, err)
+		}
+	}
+	for _, bad := range []map[string]string{
+		{"SERVESCOPE_DEV_CLICKHOUSE_SHARDS": "1"},
+		{"SERVESCOPE_DEV_CLICKHOUSE_SHARDS": "10"},
+		{"SERVESCOPE_DEV_CLICKHOUSE_SHARDS_HTTP_PORT": "65535"},
+	} {
+		if _, err := Load(root, env(bad)); err == nil || !strings.Contains(err.Error(), "SERVESCOPE_DEV_CLICKHOUSE_SHARDS") {
 			t.Errorf("%v: %v, want an error naming the variable", bad, err)
 		}
 	}
@@ -189,7 +199,7 @@ func TestUpStatusDown(t *testing.T) {
 		if err := Status(ctx, cfg); !errors.Is(err, ErrUnhealthy) {
 			t.Fatalf("status before up: %v, want ErrUnhealthy", err)
 		}
-		step("status before up", nil, []string{"nats        stopped", "clickhouse  stopped"}, nil)
+		step("status before up", nil, []string{"nats         stopped", "clickhouse   stopped"}, nil)
 		err := Up(ctx, cfg)
 		if err != nil {
 			_ = Down(context.Background(), cfg, "")
@@ -199,7 +209,7 @@ func TestUpStatusDown(t *testing.T) {
 		return err
 	})
 	step("up", err, nil, []string{"nats started (pid", "clickhouse started (pid"})
-	step("status", Status(ctx, cfg), []string{"nats        running pid", "clickhouse  running pid", "healthy"}, nil)
+	step("status", Status(ctx, cfg), []string{"nats         running pid", "clickhouse   running pid", "healthy"}, nil)
 	step("up again", Up(ctx, cfg), nil, []string{"nats already running", "clickhouse already running"})
 
 	// A pid file as earlier versions of the script wrote it: the pid alone.
@@ -207,7 +217,7 @@ func TestUpStatusDown(t *testing.T) {
 	if err := os.WriteFile(cfg.NATS().PidFile, []byte(fmt.Sprintln(natsPid)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	step("status with a pid-only file", Status(ctx, cfg), []string{fmt.Sprintf("nats        running pid %-8d healthy", natsPid)}, nil)
+	step("status with a pid-only file", Status(ctx, cfg), []string{fmt.Sprintf("nats         running pid %-8d healthy", natsPid)}, nil)
 
 	// ClickHouse dies on its own: status says so, up starts it again.
 	chPid := pidOf(t, cfg.ClickHouse().PidFile)
@@ -226,7 +236,7 @@ func TestUpStatusDown(t *testing.T) {
 	if err := Status(ctx, cfg); !errors.Is(err, ErrUnhealthy) {
 		t.Fatalf("status after the crash: %v, want ErrUnhealthy", err)
 	}
-	step("status after the crash", nil, []string{"clickhouse  stopped", fmt.Sprintf("pid %d died", chPid)}, nil)
+	step("status after the crash", nil, []string{"clickhouse   stopped", fmt.Sprintf("pid %d died", chPid)}, nil)
 	step("up after the crash", Up(ctx, cfg), nil, []string{
 		"nats already running", fmt.Sprintf("clickhouse (pid %d) died since it was started; starting it again", chPid), "clickhouse started"})
 
@@ -235,7 +245,7 @@ func TestUpStatusDown(t *testing.T) {
 	if err := Status(ctx, cfg); !errors.Is(err, ErrUnhealthy) {
 		t.Fatalf("status after down: %v, want ErrUnhealthy", err)
 	}
-	step("status after down", nil, []string{"nats        stopped", "clickhouse  stopped"}, nil)
+	step("status after down", nil, []string{"nats         stopped", "clickhouse   stopped"}, nil)
 	if out := fmt.Sprint(Down(ctx, cfg, "kafka")); !strings.Contains(out, "unknown server") {
 		t.Errorf("down of an unknown server: %s", out)
 	}

@@ -112,14 +112,14 @@ func TestNATSClusterUpStatusDown(t *testing.T) {
 		return nil
 	}
 
-	step("status before up", status(), []string{"nats        stopped"}, nil, []string{"nats-1", "cluster " + NATSClusterName})
+	step("status before up", status(), []string{"nats         stopped"}, nil, []string{"nats-1", "cluster " + NATSClusterName})
 	step("up nats-cluster", UpNATSCluster(ctx, cfg), nil, []string{
 		"nats-1 started (pid", "nats-2 started (pid", "nats-3 started (pid",
 		"nats cluster " + NATSClusterName + ": 3 nodes healthy, JetStream meta leader servescope-dev-",
 		"SERVESCOPE_NATS_URL=" + url,
 	}, nil)
 	step("status", status(), []string{
-		"nats-1      running pid", "nats-2      running pid", "nats-3      running pid", "healthy   " + nodes[2].URL(),
+		"nats-1       running pid", "nats-2       running pid", "nats-3       running pid", "healthy   " + nodes[2].URL(),
 		"cluster " + NATSClusterName + ": JetStream meta leader servescope-dev-", "SERVESCOPE_NATS_URL=" + url,
 	}, nil, []string{"unhealthy"})
 
@@ -155,7 +155,7 @@ func TestNATSClusterUpStatusDown(t *testing.T) {
 			t.Fatalf("pid %d still runs after SIGKILL", pid)
 		}
 	}
-	step("status with nats-2 down", status(), []string{"nats-2      stopped", fmt.Sprintf("pid %d died", pid), "nats-1      running pid"}, nil, nil)
+	step("status with nats-2 down", status(), []string{"nats-2       stopped", fmt.Sprintf("pid %d died", pid), "nats-1       running pid"}, nil, nil)
 	// Each attempt waits 5 s for its acknowledgement: a publish that reaches the stream while it
 	// elects a new leader is never acknowledged, and one attempt holding the whole minute made
 	// this test fail on a loaded machine (the election itself took seconds).
@@ -175,7 +175,7 @@ func TestNATSClusterUpStatusDown(t *testing.T) {
 		"nats-1 already running", fmt.Sprintf("nats-2 (pid %d) died since it was started; starting it again", pid), "nats-2 started", "3 nodes healthy"}, nil)
 
 	step("down", Down(ctx, cfg, ""), nil, []string{"nats-3 stopped", "nats-2 stopped", "nats-1 stopped", "clickhouse not running", "nats not running"}, nil)
-	step("status after down", status(), []string{"nats        stopped"}, nil, []string{"nats-1", "cluster " + NATSClusterName})
+	step("status after down", status(), []string{"nats         stopped"}, nil, []string{"nats-1", "cluster " + NATSClusterName})
 	step("down nats-cluster again", Down(ctx, cfg, "nats-cluster"), nil, []string{"nats-1 not running"}, nil)
 	if got := fmt.Sprint(Down(ctx, cfg, "kafka")); !strings.Contains(got, "nats-cluster") {
 		t.Errorf("down of an unknown server names the choices: %s", got)

@@ -89,7 +89,8 @@ func TestShardedClickHouseAnswersAsOneServer(t *testing.T) {
 	}
 	// The SLO views: every node holds the SLOs (slo.Sync writes each), each shard judges its own
 	// requests, and slo_goodput and slo_error_budget, created over the cluster-wide tables, add
-	// them up: the same figures as one server's.
+	// them up: the same figures as one server's; so do cost_window and capacity_window, which read
+	// the requests and the engines of every shard.
 	def, err := slo.Parse("e2e.yaml", []byte("name: e2e\nobjectives:\n  ttft: {p50: 300ms}\n  e2e: {under: 3s, target: 90%}\n  availability: {target: 99%}\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -100,8 +101,21 @@ func TestShardedClickHouseAnswersAsOneServer(t *testing.T) {
 	if err := slo.Sync(ctx, cfg, sharded, []*slo.Definition{def}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
+	// The engines file too, which the cost and capacity views read on every node.
+	engines, err := slo.ParseEngines("engines.yaml", []byte("default: {price_per_hour: 1.2, max_num_seqs: 256}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := slo.SyncEngines(ctx, singleCfg, single, engines, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := slo.SyncEngines(ctx, cfg, sharded, engines, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	ranged := fmt.Sprintf("(from = '%s', to = '%s')", from, to)
 	for _, q := range []string{
+		"SELECT kind, sum(requests), round(sum(engine_hours), 9), round(sum(cost), 9) FROM cost_window" + ranged + " GROUP BY kind ORDER BY kind",
+		"SELECT count(), sum(finished), max(slot_limit) FROM capacity_window" + ranged,
 		"SELECT count(), sum(judged), sum(good), sum(ttft_bad), sum(availability_bad) FROM slo_requests_window" + ranged,
 		"SELECT sum(judged), sum(good), sum(ttft_bad), sum(e2e_bad), round(sum(goodput_rps), 9) FROM slo_goodput" + ranged,
 		"SELECT objective, round(budget_left, 9), judged FROM slo_error_budget" + ranged + " ORDER BY objective",
@@ -150,7 +164,7 @@ const testCluster = "servescope_test"
 // first node, as a service given both nodes does.
 func startSharded(t *testing.T) ([]*testenv.ClickHouseServer, config.ClickHouse, driver.Conn) {
 	t.Helper()
-	shards := testenv.StartClickHouseShards(t, testCluster, "servescope_local", 2)
+	shards := testenv.StartClickHouseShards(t, testCluster, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	cfg := testenv.ClickHouseConfig(t)

@@ -54,13 +54,15 @@ type ClickHouse struct {
 	// Clusters, when set, is the config's <remote_servers>: each cluster's shards, each shard's
 	// replicas by native-protocol address (host:port). A Distributed table names one of them.
 	// Shards declare internal_replication, so with Replicated tables a Distributed insert goes to
-	// one replica of a shard and replication does the rest.
+	// one replica of a shard and replication does the rest. Replicas name no <default_database>:
+	// with one, a node does not take itself for a replica of its own shard (every insert and read
+	// of its own rows goes through a connection to itself, and an asynchronous insert queues them).
 	Clusters map[string][][]string
-	// ClusterDatabase, when set, is every replica's <default_database>: the current database of
-	// the queries a Distributed table sends to the shards. Views whose queries name parameterized
-	// views (table functions, which are resolved in the current database at run time, not when
-	// the view was created) need it to be the database holding them.
-	ClusterDatabase string
+	// ClusterSecret, when set, is every cluster's <secret>: the nodes trust each other with it, and
+	// a query one sends to another runs there as the user who asked it (without a secret, as the
+	// replica's <user>, the default user), as deploy/clickhouse/cluster/config.d/remote_servers.xml
+	// has it.
+	ClusterSecret string
 	// Macros, when set, is the config's <macros> (e.g. shard, replica): the values
 	// {shard} and {replica} take in Replicated table paths and in ON CLUSTER DDL.
 	Macros map[string]string
@@ -199,15 +201,14 @@ func (c ClickHouse) config() string {
 		b.WriteString("    <remote_servers>\n")
 		for _, name := range slices.Sorted(maps.Keys(c.Clusters)) {
 			fmt.Fprintf(&b, "        <%s>\n", name)
+			if c.ClusterSecret != "" {
+				fmt.Fprintf(&b, "            <secret>%s</secret>\n", xmlText(c.ClusterSecret))
+			}
 			for _, shard := range c.Clusters[name] {
 				b.WriteString("            <shard>\n                <internal_replication>true</internal_replication>\n")
 				for _, addr := range shard {
 					host, port, _ := net.SplitHostPort(addr)
-					db := ""
-					if c.ClusterDatabase != "" {
-						db = "<default_database>" + xmlText(c.ClusterDatabase) + "</default_database>"
-					}
-					fmt.Fprintf(&b, "                <replica><host>%s</host><port>%s</port>%s</replica>\n", xmlText(host), xmlText(port), db)
+					fmt.Fprintf(&b, "                <replica><host>%s</host><port>%s</port></replica>\n", xmlText(host), xmlText(port))
 				}
 				b.WriteString("            </shard>\n")
 			}
@@ -338,4 +339,31 @@ func LastCrash(engineErrorLog string) (string, error) {
 		}
 	}
 	return strings.Join(out, "\n"), nil
+}
+
+// ClusterProfile is the default settings profile of a sharded cluster's users, as the compose
+// cluster profile gives its nodes (deploy/clickhouse/cluster/users.d/servescope-profile.xml):
+//   - distributed_product_mode=global runs an IN or JOIN subquery over a Distributed table inside
+//     a query over another (the ready "in flight" query: requests_started ... NOT IN (SELECT
+//     request_id FROM requests ...)) once on the node that was asked, and ships its answer to the
+//     shards, as GLOBAL IN would: with ClickHouse's default (deny) such a query fails with code 288;
+//   - push_external_roles_in_interserver_queries=0 has the shards run a query as the user who
+//     asked with that user's own roles there (the services set it themselves: config.ClickHouse).
+var ClusterProfile = map[string]string{"distributed_product_mode": "global", "push_external_roles_in_interserver_queries": "0"}
+
+// ClusterUsersXML is a users.xml for the development shards: the passwordless default user (all
+// privileges, as the engine's own default) with profile default = ClusterProfile.
+func ClusterUsersXML() string {
+	var b strings.Builder
+	b.WriteString("<!-- Written by servescope's dev/servers; edits are overwritten. -->\n<clickhouse>\n")
+	b.WriteString("    <profiles>\n        <default>\n")
+	for _, k := range slices.Sorted(maps.Keys(ClusterProfile)) {
+		fmt.Fprintf(&b, "            <%s>%s</%s>\n", k, xmlText(ClusterProfile[k]), k)
+	}
+	b.WriteString("        </default>\n    </profiles>\n")
+	b.WriteString("    <quotas><default></default></quotas>\n")
+	b.WriteString("    <users>\n        <default>\n            <password></password>\n")
+	b.WriteString("            <networks><ip>::/0</ip></networks>\n            <profile>default</profile>\n            <quota>default</quota>\n")
+	b.WriteString("            <access_management>1</access_management>\n        </default>\n    </users>\n</clickhouse>\n")
+	return b.String()
 }

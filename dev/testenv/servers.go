@@ -191,44 +191,77 @@ func newClickHouse(t testing.TB, cfg servers.ClickHouse) (*ClickHouseServer, err
 // configured with the cluster name in its remote_servers (every server, in order, one shard) and
 // the macros shard (01, 02, ...) and replica (r1). A Distributed table over name on any of them
 // reaches them all.
-//
-// database, when set, is the replicas' default_database (see servers.ClickHouse.ClusterDatabase).
-func StartClickHouseShards(t testing.TB, name, database string, shards int) []*ClickHouseServer {
+func StartClickHouseShards(t testing.TB, name string, shards int) []*ClickHouseServer {
 	t.Helper()
-	return StartClickHouseCluster(t, name, database, shards, "")
+	return StartClickHouseCluster(t, name, shards, "")
 }
 
 // StartClickHouseCluster is StartClickHouseShards with, when zooKeeper (host:port) is set, that
 // coordination node in every server's config, so that Replicated tables can be created on them.
-func StartClickHouseCluster(t testing.TB, name, database string, shards int, zooKeeper string) []*ClickHouseServer {
+func StartClickHouseCluster(t testing.TB, name string, shards int, zooKeeper string) []*ClickHouseServer {
+	t.Helper()
+	return StartClickHouseClusterOf(t, ClickHouseCluster{Name: name, Shards: shards, ZooKeeper: zooKeeper})
+}
+
+// ClickHouseCluster describes private ClickHouse servers started as the shards of one cluster
+// (one replica each) by [StartClickHouseClusterOf].
+type ClickHouseCluster struct {
+	// Name is the cluster's name in every server's remote_servers; Shards how many servers.
+	Name   string
+	Shards int
+	// ZooKeeper, when set (host:port), is the coordination node in every server's config.
+	ZooKeeper string
+	// Secret, when set, is the cluster's secret: a query one server sends to another runs there as
+	// the user who asked it, as in deploy/clickhouse/cluster/config.d/remote_servers.xml.
+	Secret string
+	// UsersXML is every server's users.xml (see StartClickHouseUsers): it must keep a passwordless
+	// default user, and should give the default profile servers.ClusterProfile, as a deployed
+	// cluster does. Empty: servers.ClusterUsersXML().
+	UsersXML string
+}
+
+// StartClickHouseClusterOf starts c.Shards private ClickHouse servers, one replica per shard, each
+// with c.Name in its remote_servers (every server, in order, one shard), the macros shard (01,
+// 02, ...) and replica (r1), and its users from c.UsersXML. A Distributed table over c.Name on any
+// of them reaches them all.
+func StartClickHouseClusterOf(t testing.TB, c ClickHouseCluster) []*ClickHouseServer {
 	t.Helper()
 	in := installed(t)
+	users := c.UsersXML
+	if users == "" {
+		users = servers.ClusterUsersXML()
+	}
+	usersFile := filepath.Join(t.TempDir(), "users.xml")
+	if err := os.WriteFile(usersFile, []byte(users), 0o600); err != nil {
+		t.Fatalf("write ClickHouse users.xml: %v", err)
+	}
 	var out []*ClickHouseServer
 	// Every server names every other's native port in its remote_servers: a port lost by one is
 	// a new set of ports for all.
-	onFreePorts(t, 2*shards, func(ctx context.Context, ports []int) error {
-		cfgs := make([]servers.ClickHouse, shards)
-		layout := make([][]string, shards)
+	onFreePorts(t, 2*c.Shards, func(ctx context.Context, ports []int) error {
+		cfgs := make([]servers.ClickHouse, c.Shards)
+		layout := make([][]string, c.Shards)
 		for i := range cfgs {
 			cfgs[i] = clickHouseConfig(in, t.TempDir(), ports[2*i], ports[2*i+1])
 			layout[i] = []string{cfgs[i].Addr()}
 		}
-		out = make([]*ClickHouseServer, shards)
+		out = make([]*ClickHouseServer, c.Shards)
 		for i := range cfgs {
-			cfgs[i].Clusters = map[string][][]string{name: layout}
-			cfgs[i].ClusterDatabase = database
+			cfgs[i].Clusters = map[string][][]string{c.Name: layout}
+			cfgs[i].ClusterSecret = c.Secret
+			cfgs[i].UsersFile = usersFile
 			cfgs[i].Macros = map[string]string{"shard": fmt.Sprintf("%02d", i+1), "replica": "r1"}
-			if zooKeeper != "" {
-				cfgs[i].ZooKeeper = []string{zooKeeper}
+			if c.ZooKeeper != "" {
+				cfgs[i].ZooKeeper = []string{c.ZooKeeper}
 			}
 			var err error
 			if out[i], err = newClickHouse(t, cfgs[i]); err != nil {
 				return err
 			}
 		}
-		procs := make([]*proc.Process, shards)
-		for i, c := range out {
-			procs[i] = c.s.Process
+		procs := make([]*proc.Process, c.Shards)
+		for i, s := range out {
+			procs[i] = s.s.Process
 		}
 		return startAll(ctx, procs)
 	})

@@ -22,7 +22,8 @@ const (
 	// DetectorRole may read every table and view of the database and insert alert state,
 	// delivery records and diagnose's baseline hours.
 	DetectorRole = "servescope_detector_role"
-	// ConsumerRole may only insert into the landing tables and ingest_errors.
+	// ConsumerRole may only insert into the landing tables and ingest_errors (and, on a sharded
+	// schema, flush their Distributed tables' queues: SYSTEM FLUSH DISTRIBUTED).
 	ConsumerRole = "servescope_consumer_role"
 	// ConsoleRole may read every table and view of the database except the captured prompt and
 	// output text ([ContentColumns]), and write nothing.
@@ -148,6 +149,13 @@ func (a Access) roleGrants(database string) map[string][]string {
 	var consumer []string
 	for _, t := range ConsumerInsertTables {
 		consumer = append(consumer, "GRANT INSERT ON "+db+".`"+t+"`")
+	}
+	if a.LocalDatabase != "" && database == a.Database {
+		// On a cluster the consumer sends the rows it queued for a shard that did not answer
+		// once it answers again (services/consumer/sink's Sharded).
+		for _, t := range ConsumerInsertTables {
+			consumer = append(consumer, "GRANT SYSTEM FLUSH DISTRIBUTED ON "+db+".`"+t+"`")
+		}
 	}
 	out := map[string][]string{DetectorRole: detector, ConsumerRole: consumer}
 	if a.Console.User != "" {

@@ -29,6 +29,12 @@ func TestClusterFaults(t *testing.T) {
 		{"one replica behind", &jetstream.ClusterInfo{Name: "c", RaftGroup: "S-R3F-x", Leader: "n1", Replicas: []*jetstream.PeerInfo{
 			{Name: "n2", Current: false, Lag: 1500}, {Name: "n3", Current: true},
 		}}, []string{"S: replica on n2 not current (1500 operations behind the leader n1)"}},
+		{"one replica a few operations behind under load, seen just now", &jetstream.ClusterInfo{Name: "c", RaftGroup: "S-R3F-x", Leader: "n1", Replicas: []*jetstream.PeerInfo{
+			{Name: "n2", Current: false, Lag: 1, Active: 3 * time.Millisecond}, {Name: "n3", Current: false, Lag: 40, Active: 20 * time.Millisecond},
+		}}, nil},
+		{"a killed node's replica under load: unseen and behind", &jetstream.ClusterInfo{Name: "c", RaftGroup: "S-R3F-x", Leader: "n1", Replicas: []*jetstream.PeerInfo{
+			{Name: "n2", Current: true}, {Name: "n3", Current: false, Lag: 212, Active: 9 * time.Second},
+		}}, []string{"S: replica on n3 unreachable (last seen by the leader n1 9s ago, 212 operations behind); the leader serves with the others"}},
 		{"no leader, two offline", &jetstream.ClusterInfo{Name: "c", RaftGroup: "S-R3F-x", Replicas: []*jetstream.PeerInfo{
 			{Name: "n3", Current: true}, {Name: "n2", Offline: true}, {Name: "n1", Offline: true},
 		}}, []string{"S: no leader, so it stores and delivers no message; replicas not current (offline or unreachable) on n1, n2; start the stopped NATS nodes"}},

@@ -26,10 +26,10 @@ import (
 // disabled"). A node that is down fails MigrateSharded; it is safe to run again, every step is
 // idempotent.
 //
-// The servers' remote_servers must give every replica <default_database> = the local database:
-// request_facts calls the parameterized view request_facts_window, and a view's table-function
-// calls resolve in the current database when the query runs on the shard, which is the
-// connection's default database.
+// The views' calls of parameterized views name their database (QualifyViews, run after each
+// node's migrations), so a shard reads them the same whatever the current database of the query
+// it is sent: remote_servers need not name a <default_database> (before, they had to name the
+// local one).
 
 // LocalDatabase is the database holding a node's own share of a sharded schema's rows.
 func LocalDatabase(cfg config.ClickHouse) string { return cfg.Database + "_local" }
@@ -71,7 +71,9 @@ var ShardedObjects = []ShardedObject{
 // ParameterizedViews are the schema's views that take parameters, all of them from and to
 // (DateTime64(6, 'UTC')). A Distributed table cannot pass parameters, so the sharded schema
 // has, under each of these names, a parameterized view of the same parameters that runs the
-// local one on every shard through the cluster table function and unites the answers. A query
+// local one on every shard through the cluster table function and unites the answers. The
+// wrappers are SQL SECURITY DEFINER views of the user who ran MigrateSharded, so that readers
+// need no READ ON REMOTE grant (the cluster table function's); that user must keep it. A query
 // must not join a Distributed table with one of these views itself: ClickHouse 26.7 sends such a
 // join to the shards naming the view without its parameters, which they refuse; the join goes
 // into a view of this list instead (request_timings_window, request_facts_window,
@@ -93,9 +95,37 @@ var NodeTables = []string{"slo_objectives", "engine_config"}
 
 // MainViews are views that must see every shard's rows at once: they aggregate over requests and
 // engines, which live on different shards (the engines' samples shard by engine, the requests by
-// request). In cfg.Database each is the local view's own definition, whose unqualified names
-// resolve to cfg.Database's Distributed tables and wrappers when it runs.
+// request). In cfg.Database each is the local view's own definition with every name it reads
+// moved from the local database to cfg.Database (mainDefinition): its tables become the
+// Distributed tables, its calls of parameterized views the cluster wrappers.
 var MainViews = []string{"slo_goodput", "slo_error_budget", "cost_window", "capacity_window"}
+
+// mainDefinition returns the local view's stored definition (system.tables.create_table_query,
+// "CREATE VIEW local.name ...") as a CREATE OR REPLACE VIEW of the same name in database, reading
+// database's objects where it read local's. ClickHouse stores a view's tables qualified with the
+// database it was created in, and QualifyViews has qualified its calls of parameterized views, so
+// a copy left as stored would read the node's own shard only: slo_goodput on a cluster counted
+// the requests of one shard.
+func mainDefinition(create, local, database, name string) (string, error) {
+	head := "CREATE VIEW " + local + "." + name + " "
+	if !strings.HasPrefix(create, head) {
+		return "", fmt.Errorf("view %s.%s: its definition does not start with %q", local, name, head)
+	}
+	body := strings.TrimPrefix(create, head)
+	named, inQuoted := localNames(local)
+	body = named.ReplaceAllString(body, "${1}`"+database+"`.")
+	body = inQuoted.ReplaceAllString(body, "${1}`"+database+".")
+	return fmt.Sprintf("CREATE OR REPLACE VIEW `%s`.`%s` %s", database, name, body), nil
+}
+
+// localNames match the local database's name qualifying a name, not as the tail of another
+// identifier: named as local.requests or `local`.requests, inQuoted inside one quoted name, as
+// ClickHouse stores a qualified call of a parameterized view: `local.slo_requests_window`(...).
+func localNames(local string) (named, inQuoted *regexp.Regexp) {
+	q := regexp.QuoteMeta(local)
+	const before = "(^|[^A-Za-z0-9_.`])"
+	return regexp.MustCompile(before + "(?:" + q + "|`" + q + "`)\\."), regexp.MustCompile(before + "`" + q + "\\.")
+}
 
 // windowArgs passes a parameterized view's parameters on to the local view it wraps.
 const windowArgs = "from = {from:DateTime64(6, 'UTC')}, to = {to:DateTime64(6, 'UTC')}"
@@ -191,13 +221,20 @@ func createDistributed(ctx context.Context, cfg config.ClickHouse) error {
 		if o.ShardingKey != "" {
 			args += ", " + o.ShardingKey
 		}
-		q := fmt.Sprintf("CREATE OR REPLACE TABLE `%s`.`%s` AS `%s`.`%s` ENGINE = Distributed(%s)", cfg.Database, o.Name, local, o.Name, args)
+		// fsync: an insert the consumer makes asynchronous while a shard is out (its sink's
+		// Sharded) returns, and is acknowledged, once the node holds the queued rows on disk.
+		q := fmt.Sprintf("CREATE OR REPLACE TABLE `%s`.`%s` AS `%s`.`%s` ENGINE = Distributed(%s) SETTINGS fsync_after_insert = 1, fsync_directories = 1",
+			cfg.Database, o.Name, local, o.Name, args)
 		if err := conn.Exec(ctx, q); err != nil {
 			return fmt.Errorf("create Distributed table %s.%s over cluster %s: %w", cfg.Database, o.Name, cfg.Cluster, err)
 		}
 	}
 	for _, name := range ParameterizedViews {
-		q := fmt.Sprintf("CREATE OR REPLACE VIEW `%s`.`%s` AS SELECT * FROM cluster('%s', view(SELECT * FROM `%s`.`%s`(%s)))",
+		// SQL SECURITY DEFINER: the cluster table function needs READ ON REMOTE, which would let a
+		// reader make the server connect anywhere; the wrapper calls it as the user who ran the
+		// migration, and the shards still run the local view as the reader (remote_servers'
+		// secret), with the reader's grants on the local database.
+		q := fmt.Sprintf("CREATE OR REPLACE VIEW `%s`.`%s` DEFINER = CURRENT_USER SQL SECURITY DEFINER AS SELECT * FROM cluster('%s', view(SELECT * FROM `%s`.`%s`(%s)))",
 			cfg.Database, name, cfg.Cluster, local, name, windowArgs)
 		if err := conn.Exec(ctx, q); err != nil {
 			return fmt.Errorf("create view %s.%s over cluster %s: %w", cfg.Database, name, cfg.Cluster, err)
@@ -215,11 +252,10 @@ func createDistributed(ctx context.Context, cfg config.ClickHouse) error {
 			"SELECT create_table_query FROM system.tables WHERE database = {db:String} AND name = {name:String}").Scan(&create); err != nil {
 			return fmt.Errorf("read the definition of view %s.%s: %w", local, name, err)
 		}
-		head := "CREATE VIEW " + local + "." + name + " "
-		if !strings.HasPrefix(create, head) {
-			return fmt.Errorf("view %s.%s: its definition does not start with %q", local, name, head)
+		q, err := mainDefinition(create, local, cfg.Database, name)
+		if err != nil {
+			return err
 		}
-		q := fmt.Sprintf("CREATE OR REPLACE VIEW `%s`.`%s` %s", cfg.Database, name, strings.TrimPrefix(create, head))
 		if err := conn.Exec(ctx, q); err != nil {
 			return fmt.Errorf("create view %s.%s over the cluster-wide tables: %w", cfg.Database, name, err)
 		}

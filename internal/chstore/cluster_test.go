@@ -84,7 +84,7 @@ func TestMigrateShardedNeedsAKnownCluster(t *testing.T) {
 func TestReplicatedSchemaIsAcceptedWithZooKeeper(t *testing.T) {
 	zk := testenv.StartZooKeeper(t)
 	const cluster = "servescope_replicated"
-	nodes := testenv.StartClickHouseCluster(t, cluster, "servescope_local", 1, zk.Addr())
+	nodes := testenv.StartClickHouseCluster(t, cluster, 1, zk.Addr())
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cfg := testenv.ClickHouseConfig(t)

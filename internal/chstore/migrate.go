@@ -15,9 +15,14 @@ import (
 	"github.com/servescope/servescope/migrations"
 )
 
-// Migrator applies the embedded migrations to one database.
+// Migrator applies the embedded migrations to one database, then makes its views readable from
+// any database (QualifyViews).
 type Migrator struct {
 	m *migrate.Migrate
+	// ctx and cfg are NewMigrator's or OpenMigrator's: golang-migrate takes no context, and the
+	// views are qualified after each Up and Down over a connection of cfg.
+	ctx context.Context
+	cfg config.ClickHouse
 }
 
 // NewMigrator creates the database when needed and prepares golang-migrate. Close it when done.
@@ -65,18 +70,20 @@ func newMigrator(ctx context.Context, cfg config.ClickHouse, files fs.FS) (*Migr
 	if err != nil {
 		return nil, fmt.Errorf("prepare migrations on %s: %w", cfg.Database, err)
 	}
-	return &Migrator{m: m}, nil
+	return &Migrator{m: m, ctx: ctx, cfg: cfg}, nil
 }
 
-// Up applies every pending migration. Nothing pending is not an error.
+// Up applies every pending migration, then qualifies the views (QualifyViews). Nothing pending is
+// not an error.
 func (g *Migrator) Up() error {
 	if err := g.m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("migrate up: %w", err)
 	}
-	return nil
+	return qualifyViews(g.ctx, g.cfg)
 }
 
-// Down reverts steps migrations (all of them when steps <= 0).
+// Down reverts steps migrations (all of them when steps <= 0), then qualifies the views that are
+// left.
 func (g *Migrator) Down(steps int) error {
 	var err error
 	if steps <= 0 {
@@ -87,7 +94,8 @@ func (g *Migrator) Down(steps int) error {
 	if err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("migrate down: %w", err)
 	}
-	return nil
+	// A down migration recreates the views it had, with bare calls.
+	return qualifyViews(g.ctx, g.cfg)
 }
 
 // Version returns the applied version, whether the last migration failed half-way (dirty),

@@ -2,9 +2,12 @@ package chstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/servescope/servescope/internal/config"
 )
 
 // ttlColumns names, per table, the time column its TTL counts from.
@@ -45,4 +48,41 @@ func SetTTL(ctx context.Context, conn driver.Conn, table string, days int) error
 		return fmt.Errorf("set TTL of %s to %d days: %w", table, days, err)
 	}
 	return nil
+}
+
+// SetTTLSharded is SetTTL on a sharded schema (cfg.Cluster set): the Distributed table under the
+// name has no TTL, the rows live in the local table of the same name on every node, so the TTL
+// is changed there, node by node over a direct connection as MigrateSharded runs, on every node
+// of cfg.Addr (with Replicated tables the ALTER is also replicated, and running it on each
+// replica again changes nothing). It returns the nodes changed, and an error naming every node
+// that could not be: run it again once they answer.
+func SetTTLSharded(ctx context.Context, cfg config.ClickHouse, table string, days int) ([]string, error) {
+	if cfg.Cluster == "" {
+		return nil, fmt.Errorf("set TTL on a sharded schema: SERVESCOPE_CLICKHOUSE_CLUSTER is not set")
+	}
+	var done []string
+	var errs []error
+	for _, addr := range cfg.Addr {
+		node := cfg
+		node.Addr = []string{addr}
+		node.Database = LocalDatabase(cfg)
+		err := func() error {
+			conn, err := Open(ctx, node)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			return SetTTL(ctx, conn, table, days)
+		}()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", addr, err))
+			continue
+		}
+		done = append(done, addr)
+	}
+	if len(errs) > 0 {
+		return done, fmt.Errorf("set TTL of %s.%s to %d days on %d of %d nodes (run it again once they answer): %w",
+			LocalDatabase(cfg), table, days, len(errs), len(cfg.Addr), errors.Join(errs...))
+	}
+	return done, nil
 }

@@ -130,8 +130,8 @@ func TestConsumerSettings(t *testing.T) {
 	}
 }
 
-// On a cluster every insert is synchronous, so that an acknowledged insert is on its shard; on one
-// server no setting is sent.
+// On a cluster every insert is synchronous, so that an acknowledged insert is on its shard, and
+// the shards apply the user's own roles; on one server no setting is sent.
 func TestClickHouseClusterInsertsAreSynchronous(t *testing.T) {
 	for _, c := range []struct {
 		cluster string
@@ -147,6 +147,13 @@ func TestClickHouseClusterInsertsAreSynchronous(t *testing.T) {
 		}
 		if got := o.Settings["distributed_foreground_insert"]; got != c.want {
 			t.Errorf("cluster %q: distributed_foreground_insert = %v, want %v", c.cluster, got, c.want)
+		}
+		wantRoles := any(nil)
+		if c.cluster != "" {
+			wantRoles = 0
+		}
+		if got := o.Settings["push_external_roles_in_interserver_queries"]; got != wantRoles {
+			t.Errorf("cluster %q: push_external_roles_in_interserver_queries = %v, want %v", c.cluster, got, wantRoles)
 		}
 	}
 }

@@ -238,8 +238,10 @@ type ClickHouse struct {
 	DialTimeout time.Duration `env:"SERVESCOPE_CLICKHOUSE_DIAL_TIMEOUT" envDefault:"5s"`
 	// Cluster, when set, names the servers' remote_servers cluster the schema is sharded on:
 	// Database holds Distributed tables over per-node tables in Database_local (see chstore's
-	// MigrateSharded), and every insert is synchronous (distributed_foreground_insert=1), so
-	// an insert returns only once the target shard holds its rows. Empty: one server.
+	// MigrateSharded), every insert is synchronous (distributed_foreground_insert=1), so an
+	// insert returns only once the target shard holds its rows, and a query sent on to the
+	// shards runs there with the user's own roles (push_external_roles_in_interserver_queries=0).
+	// Empty: one server.
 	Cluster string `env:"SERVESCOPE_CLICKHOUSE_CLUSTER"`
 	// Replicated, with Cluster, makes the per-node tables Replicated…MergeTree, each at the
 	// Keeper path /clickhouse/tables/{shard}/<database>_local/<table> as replica {replica}: every
@@ -286,10 +288,19 @@ func (c *ClickHouse) Options() (*clickhouse.Options, error) {
 		Compression: &clickhouse.Compression{Method: clickhouse.CompressionLZ4},
 	}
 	if c.Cluster != "" {
-		// An insert into a Distributed table otherwise returns once the rows are queued on the
-		// node that took it, before the shard holds them: the consumer would acknowledge
-		// messages whose rows a node's loss can still take.
-		o.Settings = clickhouse.Settings{"distributed_foreground_insert": 1}
+		o.Settings = clickhouse.Settings{
+			// An insert into a Distributed table otherwise returns once the rows are queued on
+			// the node that took it, before the shard holds them: the consumer would acknowledge
+			// messages whose rows a node's loss can still take.
+			"distributed_foreground_insert": 1,
+			// A query a node sends the other shards runs there as the user who asked (the
+			// cluster's secret) with that user's own roles on that node. ClickHouse's default
+			// (1) sends the asking node's current roles instead, which the shards did not apply
+			// to the cluster table function's queries nor to a subquery sent on to the shards
+			// (retrieval_score_drift's IN): a role-based account (servescope access) got code 497
+			// for its own grants there.
+			"push_external_roles_in_interserver_queries": 0,
+		}
 	}
 	if c.TLS || c.TLSCA != "" {
 		cfg, err := tlsConfig(c.TLSCA, "", "", "SERVESCOPE_CLICKHOUSE_TLS")

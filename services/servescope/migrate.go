@@ -129,7 +129,7 @@ func newMigrateCmd() *cobra.Command {
 	}
 	ttl := &cobra.Command{
 		Use:   "ttl TABLE DAYS",
-		Short: "Change how many days a table keeps rows (defaults: see migrations/000001_tables.up.sql)",
+		Short: "Change how many days a table keeps rows (defaults: see migrations/000001_tables.up.sql); on a cluster, on every node's local table",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			days, err := strconv.Atoi(args[1])
@@ -138,6 +138,13 @@ func newMigrateCmd() *cobra.Command {
 			}
 			cfg, err := config.Load[config.ClickHouse]()
 			if err != nil {
+				return err
+			}
+			if cfg.Cluster != "" {
+				nodes, err := chstore.SetTTLSharded(cmd.Context(), cfg, args[0], days)
+				for _, n := range nodes {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s.%s on %s keeps rows for %d days\n", chstore.LocalDatabase(cfg), args[0], n, days)
+				}
 				return err
 			}
 			conn, err := chstore.Open(cmd.Context(), cfg)

@@ -6,41 +6,53 @@
 // chat completion with a vLLM-shaped event stream, one content chunk every -interval until the
 // round ends, then the finish chunk, the usage-only chunk when asked (the gateway asks on the
 // client's behalf and removes it) and "data: [DONE]". Each content chunk carries the time it was
-// written, so a client knows each chunk's delay. The two proxies run as child processes of this
-// binary (-serve bare, -serve gateway), so each one's memory, goroutines and CPU are its own:
-// the gateway is services/gateway/server as its binary runs it, publishing every
+// written, so a client knows each chunk's delay; a request with max_tokens 1 (a probe) gets the
+// role chunk, one content chunk and the end at once. The proxies run as child processes of this
+// binary (-serve bare, -serve gateway, -serve spooling), so each one's memory, goroutines and CPU
+// are its own: the gateway is services/gateway/server as its binary runs it, publishing every
 // request.started/request.finished to the real JetStream (SERVESCOPE_NATS_URL) on a subject
-// prefix of its own; the bare proxy is httputil.NewSingleHostReverseProxy with an
+// prefix of its own, the spooling gateway the same with its NATS URL at a port where nothing
+// listens; the bare proxy is httputil.NewSingleHostReverseProxy with an
 // http.Transport keeping up to 1024 idle connections (as in bench-gateway). Each child answers
 // /stats on a control port (after a forced GC: goroutines, live heap and stacks, RSS, CPU) and
 // serves net/http/pprof there.
 //
 // Method. For every level (-levels, default 1000, 5000, 10000 streams) and -rounds rounds, the
-// three paths — direct to the trickle server, through the bare proxy, through the gateway — each
-// open that many streams at once, in lockstep at -ramp streams per second (stream i of every path
-// opened together, in an order rotating per stream and round). Once every stream has its first
-// byte, each child's idle and loaded /stats give memory and goroutines per open stream; then, in
-// one steady window of -window with every stream of every path open, the clients note each
-// chunk's delay (client read time − the trickle server's write time, per chunk) and each child's
-// CPU; then the streams end and close. Measuring the paths in the same window, rather than one
-// after another, is what makes the tails comparable on a shared machine: a stall of the machine
-// delays the chunks of every path in flight at that moment alike, where sequential rounds put
-// each stall on whichever path happened to run (the p99s then flipped from round to round).
+// paths — direct to the trickle server, through the bare proxy, through the gateway, and (unless
+// -spooling=false) through a second gateway whose broker is down, so every event goes to its
+// spool — each open that many streams at once, in lockstep at -ramp streams per second (stream i
+// of every path opened together, in an order rotating per stream and round). Once every stream
+// has its first byte, each child's idle and loaded /stats give memory and goroutines per open
+// stream; then, in one steady window of -window with every stream of every path open and nothing
+// else asked of the proxies, the clients note each chunk's delay (client read time − the trickle
+// server's write time, per chunk) and each child's CPU; then, in a window of its own
+// (-ttfb-window) with every stream still open, each path's clients open -probes short streams
+// one at a time (max_tokens 1: the trickle server answers at once, and the stream ends), whose
+// time to first byte is a new request's on a proxy holding them all; then the streams end and
+// close. Measuring the paths in the same window, rather than one after another, is what makes
+// the tails comparable on a shared machine: a stall of the machine delays the chunks of every
+// path in flight at that moment alike, where sequential rounds put each stall on whichever path
+// happened to run (the p99s then flipped from round to round). The probes have a window of their
+// own so that their requests (the gateway's recording and publishing of each) do not count in the
+// CPU per chunk, and there are hundreds of them because a p99 of 50 probes (the bench's former
+// count) is the second-slowest of 50: one scheduling stall decided it, and it moved between 0.9×
+// and 2.5× the bare proxy's from run to run.
 // Figures:
 //
 //   - memory per stream: Δ(live heap + goroutine stacks) ÷ streams, measured after a forced GC
 //     (what the streams hold, not what the collector has yet to free); RSS per stream beside it;
 //   - goroutines per stream;
-//   - added time to first byte (request sent → first event read) and added chunk delay, p50 and
-//     p99: a proxy's percentile minus the direct path's in the same round, median over rounds;
-//     values below -p50-resolution / -p99-resolution count as that floor in a ratio (a busy
-//     shared machine's scheduling slice cannot be told from zero);
+//   - added time to first byte (request sent → first event read, the probes) and added chunk
+//     delay, p50 and p99: a proxy's percentile minus the direct path's in the same round, per
+//     round and median over rounds; values below -p50-resolution / -p99-resolution count as that
+//     floor in a ratio (a busy shared machine's scheduling slice cannot be told from zero);
 //   - CPU per streamed chunk: the proxy process's CPU in the steady window ÷ chunks it delivered.
 //
-// Targets (at the largest level): the gateway's memory per stream ≤ 1.5× the bare proxy's, its
-// added p99 chunk delay ≤ 1.2× the bare proxy's, no failed stream. The last line is one JSON
-// object with every figure, the ratios and targets_met; the exit status is 1 when a target is
-// missed, 2 when the benchmark could not run.
+// Targets (at the largest level), for the gateway with its broker up and with it down: memory per
+// stream ≤ 1.5× the bare proxy's, added p99 chunk delay ≤ 1.2×, added p99 time to first byte
+// ≤ 1.2×, CPU per chunk ≤ 1.05×, no failed stream. The last line is one JSON object with every
+// figure, the ratios and targets_met; the exit status is 1 when a target is missed, 2 when the
+// benchmark could not run.
 package main
 
 import (
@@ -89,6 +101,10 @@ type settings struct {
 	p99Resolution time.Duration
 	profileDir    string
 	probes        int
+	ttfbWindow    time.Duration
+	spooling      bool
+	targetTTFB    float64
+	targetCPU     float64
 }
 
 func main() { command().Main() }
@@ -110,7 +126,11 @@ func command() *service.Command {
 	c.Flags.Float64Var(&s.targetP99, "target-p99", 1.2, "max gateway/bare added p99 chunk delay")
 	c.Flags.DurationVar(&s.p50Resolution, "p50-resolution", 20*time.Microsecond, "added p50 below this counts as this much in a ratio")
 	c.Flags.DurationVar(&s.p99Resolution, "p99-resolution", 500*time.Microsecond, "added p99 below this counts as this much in a ratio")
-	c.Flags.IntVar(&s.probes, "probes", 50, "streams opened one at a time during the steady window, for the time to first byte")
+	c.Flags.IntVar(&s.probes, "probes", 400, "short streams opened one at a time in the time-to-first-byte window (at 400 a round's p99 is its 5th slowest)")
+	c.Flags.DurationVar(&s.ttfbWindow, "ttfb-window", 10*time.Second, "window after the steady window, with every stream still open, in which the probes measure the time to first byte")
+	c.Flags.BoolVar(&s.spooling, "spooling", true, "also run a gateway whose NATS is down (every event to its spool) as a fourth path")
+	c.Flags.Float64Var(&s.targetTTFB, "target-ttfb-p99", 1.2, "max gateway/bare added time to first byte at p99")
+	c.Flags.Float64Var(&s.targetCPU, "target-cpu", 1.05, "max gateway/bare CPU per streamed chunk")
 	c.Flags.StringVar(&s.profileDir, "profile-dir", "", "write the gateway's CPU, heap and goroutine profiles of the largest level's first round here")
 	c.Run = func(_ context.Context, _ *slog.Logger, _ []string) error {
 		if *serve == "clients" {
@@ -143,6 +163,8 @@ type procStats struct {
 	Stacks     int64 `json:"stack_bytes"`
 	RSS        int64 `json:"rss_bytes"`
 	CPUNanos   int64 `json:"cpu_ns"`
+	NumGC      int64 `json:"num_gc"`
+	PauseNanos int64 `json:"gc_pause_ns"`
 }
 
 func child(kind, upstream, spool string, interval time.Duration) error {
@@ -186,10 +208,14 @@ func child(kind, upstream, spool string, interval time.Duration) error {
 			}
 			tr.interval.Store(int64(d))
 		})
-	case "gateway":
+	case "gateway", "spooling":
 		natsCfg, err := config.Load[config.NATS]()
 		if err != nil {
 			return err
+		}
+		if kind == "spooling" {
+			// The broker is down: nothing listens on port 1, every event goes to the spool.
+			natsCfg.URL = "nats://127.0.0.1:1"
 		}
 		gcfg, err := config.LoadFrom[server.Config](map[string]string{
 			"GATEWAY_LISTEN_ADDR": "127.0.0.1:0", "GATEWAY_UPSTREAM_URL": upstream, "GATEWAY_SPOOL_DIR": spool,
@@ -206,7 +232,7 @@ func child(kind, upstream, spool string, interval time.Duration) error {
 		addr = gw.Addr()
 		go func() { done <- gw.Run(ctx) }()
 	default:
-		return fmt.Errorf("-serve %q: want trickle, bare or gateway", kind)
+		return fmt.Errorf("-serve %q: want trickle, bare, gateway or spooling", kind)
 	}
 	ctl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -223,6 +249,7 @@ func child(kind, upstream, spool string, interval time.Duration) error {
 		_ = json.NewEncoder(w).Encode(procStats{
 			Goroutines: runtime.NumGoroutine(), HeapLive: int64(ms.HeapAlloc), Stacks: int64(ms.StackInuse),
 			RSS: benchkit.RSSBytes(pid), CPUNanos: int64(benchkit.ProcCPU(pid)),
+			NumGC: int64(ms.NumGC), PauseNanos: int64(ms.PauseTotalNs),
 		})
 	})
 	go func() { _ = http.Serve(ctl, mux) }()
@@ -346,6 +373,10 @@ func (t *trickle) releaseAll() {
 // control port, NATS, epoll, standard streams, the spool, profiles.
 const fdReserve = 64
 
+// probeFDs bounds the probe streams open at a time (one is opened once the last has its first
+// byte, and each ends at once).
+const probeFDs = 16
+
 const chunkHead = `data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1764460000,"model":"m","choices":[`
 
 func (t *trickle) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -355,6 +386,9 @@ func (t *trickle) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	usage := bytes.Contains(body, []byte(`"include_usage":true`))
+	// A probe (max_tokens 1) gets its whole short answer at once: it measures the time to first
+	// byte and leaves, adding no stream to the round.
+	probe := bytes.Contains(body, []byte(`"max_tokens":1,`))
 	release := *t.release.Load()
 	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
 	// Each stream has its engine connection to itself and closes it at its end, so a proxy's
@@ -372,6 +406,18 @@ func (t *trickle) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !write(chunkHead + `{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}` + "\n\n") {
 		return
 	}
+	finish := func(n int) {
+		tail := chunkHead + `{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":"stop","stop_reason":null}]}` + "\n\n"
+		if usage {
+			tail += chunkHead + fmt.Sprintf(`],"usage":{"prompt_tokens":9,"total_tokens":%d,"completion_tokens":%d}}`, 9+n, n) + "\n\n"
+		}
+		write(tail + "data: [DONE]\n\n")
+	}
+	if probe {
+		write(chunkHead + `{"index":0,"delta":{"content":" probe"},"logprobs":null,"finish_reason":null}]}` + "\n\n")
+		finish(1)
+		return
+	}
 	tick := time.NewTicker(time.Duration(t.interval.Load()))
 	defer tick.Stop()
 	n := 0
@@ -381,11 +427,7 @@ func (t *trickle) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-release:
-			tail := chunkHead + `{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":"stop","stop_reason":null}]}` + "\n\n"
-			if usage {
-				tail += chunkHead + fmt.Sprintf(`],"usage":{"prompt_tokens":9,"total_tokens":%d,"completion_tokens":%d}}`, 9+n, n) + "\n\n"
-			}
-			write(tail + "data: [DONE]\n\n")
+			finish(n)
 			return
 		case <-tick.C:
 			n++
@@ -412,14 +454,19 @@ type streamResult struct {
 	err     error
 }
 
-var reqBody = []byte(`{"model":"m","messages":[{"role":"user","content":"Tell me a long story."}],"max_tokens":4096,"stream":true}`)
+// reqBody opens a stream that lasts the round; probeBody a short one (the trickle server answers
+// max_tokens 1 at once) for the time to first byte.
+var (
+	reqBody   = []byte(`{"model":"m","messages":[{"role":"user","content":"Tell me a long story."}],"max_tokens":4096,"stream":true}`)
+	probeBody = []byte(`{"model":"m","messages":[{"role":"user","content":"Say one word."}],"max_tokens":1,"stream":true}`)
+)
 
-// openStream sends one streaming request and reads it to its end; opened is called once the
-// first event arrived (or the stream failed).
-func openStream(client *http.Client, base string, opened func()) (res streamResult) {
+// openStream sends one streaming request with body and reads it to its end; opened is called
+// once the first event arrived (or the stream failed).
+func openStream(client *http.Client, base string, body []byte, opened func()) (res streamResult) {
 	once := sync.Once{}
 	defer once.Do(opened)
-	req, err := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(reqBody))
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		res.err = err
 		return res
@@ -481,6 +528,10 @@ type pathRound struct {
 	rssPerStr float64
 	gorPerStr float64
 	cpuPerChk float64 // µs
+	// Garbage collections in the proxy during the probes' window, and their stop-the-world
+	// pauses: what the collector could add to a time to first byte.
+	ttfbGCs     int64
+	ttfbPauseMs float64
 }
 
 // path is one way to an engine: direct (child nil), through the bare proxy or the gateway. Each
@@ -548,15 +599,15 @@ func clients(base string, src net.IP) error {
 				}
 				go func() {
 					defer finished.Done()
-					results[i] = openStream(client, base, opened.Done)
+					results[i] = openStream(client, base, reqBody, opened.Done)
 				}()
 			}
 			waitOrTimeout(&opened, 2*time.Minute)
 		case "window":
-			// Probe streams, opened one at a time through the window while the others stay
-			// open, measure the time to first byte of a new stream on a proxy holding them all:
-			// the ramp opens streams faster than a loaded machine can set them up, so its own
-			// times to first byte measure the queue, not the proxy.
+			// Probe streams, short answers opened one at a time through the window while the
+			// round's streams stay open, measure the time to first byte of a new request on a
+			// proxy holding them all: the ramp opens streams faster than a loaded machine can set
+			// them up, so its own times to first byte measure the queue, not the proxy.
 			probes = make([]streamResult, c.Probes)
 			finished.Add(c.Probes)
 			probing.Add(1)
@@ -570,7 +621,7 @@ func clients(base string, src net.IP) error {
 					opened.Add(1)
 					go func() {
 						defer finished.Done()
-						probes[i] = openStream(client, base, opened.Done)
+						probes[i] = openStream(client, base, probeBody, opened.Done)
 					}()
 					opened.Wait()
 				}
@@ -736,23 +787,46 @@ func runRound(s settings, paths []path, n, round int, profile string) (map[strin
 			st.cpu0 = int64(benchkit.ProcCPU(st.child.cmd.Process.Pid))
 		}
 	}
+	// The steady window has the round's streams alone: its CPU per chunk carries no probe's
+	// request. The probes follow in a window of their own, every stream still open.
+	time.Sleep(time.Until(winEnd))
 	cpu1 := map[string]int64{}
-	var mu sync.Mutex
-	if err := doAll(states, func(st *pathState) error {
-		// Answered once the window is over and the probes have their first byte.
+	for _, st := range states {
 		if st.child != nil {
-			time.Sleep(time.Until(winEnd))
-			mu.Lock()
 			cpu1[st.name] = int64(benchkit.ProcCPU(st.child.cmd.Process.Pid))
-			mu.Unlock()
 		}
-		var a map[string]string
-		return st.clients.do(clientCmd{Op: "window", From: winStart.UnixNano(), To: winEnd.UnixNano(), Probes: s.probes}, &a)
-	}); err != nil {
-		return nil, err
 	}
 	for _, stop := range stopProfiles {
 		stop()
+	}
+	ttfbStart := time.Now().Add(10 * time.Millisecond)
+	ttfbEnd := ttfbStart.Add(s.ttfbWindow)
+	gc0 := map[string]procStats{}
+	for _, st := range states {
+		if st.child != nil {
+			g, err := st.child.stats(false)
+			if err != nil {
+				return nil, fmt.Errorf("%s stats: %w", st.name, err)
+			}
+			gc0[st.name] = g
+		}
+	}
+	if err := doAll(states, func(st *pathState) error {
+		// Answered once the window is over and every probe has its first byte.
+		var a map[string]string
+		return st.clients.do(clientCmd{Op: "window", From: ttfbStart.UnixNano(), To: ttfbEnd.UnixNano(), Probes: s.probes}, &a)
+	}); err != nil {
+		return nil, err
+	}
+	for _, st := range states {
+		if st.child != nil {
+			gc1, err := st.child.stats(false)
+			if err != nil {
+				return nil, fmt.Errorf("%s stats: %w", st.name, err)
+			}
+			st.pr.ttfbGCs = gc1.NumGC - gc0[st.name].NumGC
+			st.pr.ttfbPauseMs = float64(gc1.PauseNanos-gc0[st.name].PauseNanos) / 1e6
+		}
 	}
 	for _, st := range states {
 		if err := st.engine.release(); err != nil {
@@ -760,6 +834,7 @@ func runRound(s settings, paths []path, n, round int, profile string) (map[strin
 		}
 	}
 	out := map[string]*pathRound{}
+	var mu sync.Mutex
 	if err := doAll(states, func(st *pathState) error {
 		var rep clientReport
 		if err := st.clients.do(clientCmd{Op: "collect", From: winStart.UnixNano(), To: winEnd.UnixNano()}, &rep); err != nil {
@@ -836,40 +911,59 @@ func waitOrTimeout(wg *sync.WaitGroup, d time.Duration) {
 // levelResult is one level's figures, medians over rounds.
 type levelResult struct {
 	Streams int `json:"streams"`
-	// IntervalMs is the time between two chunks of a stream; WindowSeconds the steady window.
-	IntervalMs    int64   `json:"interval_ms"`
-	WindowSeconds float64 `json:"window_s"`
+	// IntervalMs is the time between two chunks of a stream; WindowSeconds the steady window
+	// (chunk delays, CPU per chunk), TTFBWindowSeconds the probes' window after it, Probes the
+	// probes a path opens in it per round.
+	IntervalMs        int64   `json:"interval_ms"`
+	WindowSeconds     float64 `json:"window_s"`
+	TTFBWindowSeconds float64 `json:"ttfb_window_s"`
+	Probes            int     `json:"probes_per_round"`
+	DirectTTFBP50Ms   float64 `json:"direct_ttfb_p50_ms"`
+	DirectTTFBP99Ms   float64 `json:"direct_ttfb_p99_ms"`
+	DirectChunkP50Ms  float64 `json:"direct_chunk_delay_p50_ms"`
+	DirectChunkP99Ms  float64 `json:"direct_chunk_delay_p99_ms"`
+	// Bare is httputil.ReverseProxy; Gateway the gateway publishing to JetStream; Spooling the
+	// gateway with its broker down (every event to its spool), when run.
+	Bare           proxyFigures  `json:"bare"`
+	Gateway        proxyFigures  `json:"gateway"`
+	Spooling       *proxyFigures `json:"spooling,omitempty"`
+	ChunksPerRound int64         `json:"gateway_chunks_per_round"`
+	Failed         int           `json:"failed_streams"`
+	LoadAvg        float64       `json:"load_avg_1m"`
+}
+
+// proxyFigures are one proxy's figures at a level: medians over rounds, the per-round values
+// behind them, and (for the gateway) the ratios to the bare proxy's.
+type proxyFigures struct {
 	// Per open stream, in the proxy process.
-	BareMemoryBytes       float64 `json:"bare_memory_bytes_per_stream"`
-	GatewayMemoryBytes    float64 `json:"gateway_memory_bytes_per_stream"`
-	BareRSSBytes          float64 `json:"bare_rss_bytes_per_stream"`
-	GatewayRSSBytes       float64 `json:"gateway_rss_bytes_per_stream"`
-	BareGoroutines        float64 `json:"bare_goroutines_per_stream"`
-	GatewayGoroutines     float64 `json:"gateway_goroutines_per_stream"`
-	DirectTTFBP50Ms       float64 `json:"direct_ttfb_p50_ms"`
-	DirectTTFBP99Ms       float64 `json:"direct_ttfb_p99_ms"`
-	BareAddedTTFBP50Ms    float64 `json:"bare_added_ttfb_p50_ms"`
-	BareAddedTTFBP99Ms    float64 `json:"bare_added_ttfb_p99_ms"`
-	GatewayAddedTTFBP50Ms float64 `json:"gateway_added_ttfb_p50_ms"`
-	GatewayAddedTTFBP99Ms float64 `json:"gateway_added_ttfb_p99_ms"`
-	DirectChunkP50Ms      float64 `json:"direct_chunk_delay_p50_ms"`
-	DirectChunkP99Ms      float64 `json:"direct_chunk_delay_p99_ms"`
-	BareAddedChunkP50Ms   float64 `json:"bare_added_chunk_p50_ms"`
-	BareAddedChunkP99Ms   float64 `json:"bare_added_chunk_p99_ms"`
-	GwAddedChunkP50Ms     float64 `json:"gateway_added_chunk_p50_ms"`
-	GwAddedChunkP99Ms     float64 `json:"gateway_added_chunk_p99_ms"`
-	BareCPUUsPerChunk     float64 `json:"bare_cpu_us_per_chunk"`
-	GatewayCPUUsPerChunk  float64 `json:"gateway_cpu_us_per_chunk"`
-	MemoryRatio           float64 `json:"memory_ratio"`
-	ChunkP99Ratio         float64 `json:"added_chunk_p99_ratio"`
-	TTFBP99Ratio          float64 `json:"added_ttfb_p99_ratio"`
-	CPURatio              float64 `json:"cpu_per_chunk_ratio"`
-	ChunksPerRound        int64   `json:"gateway_chunks_per_round"`
-	Failed                int     `json:"failed_streams"`
-	LoadAvg               float64 `json:"load_avg_1m"`
-	// Per round, to show the spread behind the medians.
-	GatewayAddedChunkP99Rounds []float64 `json:"gateway_added_chunk_p99_rounds_ms"`
-	BareAddedChunkP99Rounds    []float64 `json:"bare_added_chunk_p99_rounds_ms"`
+	MemoryBytes float64 `json:"memory_bytes_per_stream"`
+	RSSBytes    float64 `json:"rss_bytes_per_stream"`
+	Goroutines  float64 `json:"goroutines_per_stream"`
+	// Added to the direct path's in the same round: time to first byte, and delay between
+	// chunks.
+	AddedTTFBP50Ms  float64 `json:"added_ttfb_p50_ms"`
+	AddedTTFBP99Ms  float64 `json:"added_ttfb_p99_ms"`
+	AddedChunkP50Ms float64 `json:"added_chunk_p50_ms"`
+	AddedChunkP99Ms float64 `json:"added_chunk_p99_ms"`
+	CPUUsPerChunk   float64 `json:"cpu_us_per_chunk"`
+	// Rounds.
+	AddedTTFBP50Rounds  []float64 `json:"added_ttfb_p50_rounds_ms"`
+	AddedTTFBP99Rounds  []float64 `json:"added_ttfb_p99_rounds_ms"`
+	AddedChunkP99Rounds []float64 `json:"added_chunk_p99_rounds_ms"`
+	CPUUsPerChunkRounds []float64 `json:"cpu_us_per_chunk_rounds"`
+	// Garbage collections during each round's probe window, and their total pause.
+	TTFBWindowGCRounds      []int64   `json:"ttfb_window_gc_rounds"`
+	TTFBWindowGCPauseRounds []float64 `json:"ttfb_window_gc_pause_rounds_ms"`
+	// Ratios to the bare proxy's figures (0 for the bare proxy).
+	MemoryRatio   float64 `json:"memory_ratio,omitempty"`
+	ChunkP99Ratio float64 `json:"added_chunk_p99_ratio,omitempty"`
+	TTFBP99Ratio  float64 `json:"added_ttfb_p99_ratio,omitempty"`
+	CPURatio      float64 `json:"cpu_per_chunk_ratio,omitempty"`
+}
+
+// met says whether a gateway's figures meet the targets of s.
+func (f proxyFigures) met(s settings) bool {
+	return f.MemoryRatio <= s.targetMem && f.ChunkP99Ratio <= s.targetP99 && f.TTFBP99Ratio <= s.targetTTFB && f.CPURatio <= s.targetCPU
 }
 
 func run(s settings) (bool, error) {
@@ -877,12 +971,12 @@ func run(s settings) (bool, error) {
 	maxN := slices.Max(s.levels)
 	// The three paths run at once, each with a clients process and an engine of its own: a proxy
 	// holds two sockets per stream, the others one.
-	limit, err := benchkit.RaiseOpenFiles(uint64(2*(maxN+s.probes) + 1024))
+	limit, err := benchkit.RaiseOpenFiles(uint64(2*(maxN+probeFDs) + 1024))
 	if err != nil {
 		return false, err
 	}
 	// A level beyond what the open-file limit allows is held at the most that fits, and says so.
-	fit := (int(limit)-fdReserve)/2 - s.probes
+	fit := (int(limit)-fdReserve)/2 - probeFDs
 	var notes []string
 	for i, n := range s.levels {
 		if n > fit {
@@ -898,7 +992,11 @@ func run(s settings) (bool, error) {
 
 	// The engines, one per path, each in a process of its own: every stream is a socket there.
 	var engines []*proxyChild
-	for range 3 {
+	nPaths := 3
+	if s.spooling {
+		nPaths = 4
+	}
+	for range nPaths {
 		e, err := startChild("trickle", "", "", 100*time.Millisecond)
 		if err != nil {
 			return false, err
@@ -933,8 +1031,20 @@ func run(s settings) (bool, error) {
 	log.Info("proxies", "bare", bare.url, "bare_control", bare.ctl, "gateway", gw.url, "gateway_control", gw.ctl)
 
 	paths := []path{{"direct", engines[0].url, nil, engines[0]}, {"bare", bare.url, bare, engines[1]}, {"gateway", gw.url, gw, engines[2]}}
+	if s.spooling {
+		spoolDir, err := streams.Spool("bench-streams-down")
+		if err != nil {
+			return false, err
+		}
+		down, err := startChild("spooling", engines[3].url, spoolDir, 0)
+		if err != nil {
+			return false, err
+		}
+		defer down.stop()
+		paths = append(paths, path{"spooling", down.url, down, engines[3]})
+	}
 	// Warm up every path (connections, code, the gateway's NATS).
-	if _, err := runRound(settings{ramp: s.ramp, interval: 100 * time.Millisecond, window: 300 * time.Millisecond, probes: 3}, paths, 50, 0, ""); err != nil {
+	if _, err := runRound(settings{ramp: s.ramp, interval: 100 * time.Millisecond, window: 300 * time.Millisecond, probes: 3, ttfbWindow: 300 * time.Millisecond}, paths, 50, 0, ""); err != nil {
 		return false, err
 	}
 	results := []*levelResult{}
@@ -1000,50 +1110,75 @@ func run(s settings) (bool, error) {
 		}
 		ttfb := func(r *pathRound) []time.Duration { return r.ttfb }
 		delay := func(r *pathRound) []time.Duration { return r.delays }
-		lr.BareMemoryBytes = benchkit.Round(med("bare", func(r *pathRound) float64 { return r.memPerStr }), 0)
-		lr.GatewayMemoryBytes = benchkit.Round(med("gateway", func(r *pathRound) float64 { return r.memPerStr }), 0)
-		lr.BareRSSBytes = benchkit.Round(med("bare", func(r *pathRound) float64 { return r.rssPerStr }), 0)
-		lr.GatewayRSSBytes = benchkit.Round(med("gateway", func(r *pathRound) float64 { return r.rssPerStr }), 0)
-		lr.BareGoroutines = benchkit.Round(med("bare", func(r *pathRound) float64 { return r.gorPerStr }), 2)
-		lr.GatewayGoroutines = benchkit.Round(med("gateway", func(r *pathRound) float64 { return r.gorPerStr }), 2)
+		figures := func(path string) proxyFigures {
+			var f proxyFigures
+			f.MemoryBytes = benchkit.Round(med(path, func(r *pathRound) float64 { return r.memPerStr }), 0)
+			f.RSSBytes = benchkit.Round(med(path, func(r *pathRound) float64 { return r.rssPerStr }), 0)
+			f.Goroutines = benchkit.Round(med(path, func(r *pathRound) float64 { return r.gorPerStr }), 2)
+			f.AddedTTFBP50Ms, f.AddedTTFBP50Rounds = added(path, ttfb, 50)
+			f.AddedTTFBP99Ms, f.AddedTTFBP99Rounds = added(path, ttfb, 99)
+			f.AddedChunkP50Ms, _ = added(path, delay, 50)
+			f.AddedChunkP99Ms, f.AddedChunkP99Rounds = added(path, delay, 99)
+			f.CPUUsPerChunk = benchkit.Round(med(path, func(r *pathRound) float64 { return r.cpuPerChk }), 2)
+			for _, r := range rs[path] {
+				f.CPUUsPerChunkRounds = append(f.CPUUsPerChunkRounds, benchkit.Round(r.cpuPerChk, 2))
+				f.TTFBWindowGCRounds = append(f.TTFBWindowGCRounds, r.ttfbGCs)
+				f.TTFBWindowGCPauseRounds = append(f.TTFBWindowGCPauseRounds, benchkit.Round(r.ttfbPauseMs, 3))
+			}
+			return f
+		}
+		ratios := func(f *proxyFigures, bare proxyFigures) {
+			f.MemoryRatio = benchkit.Ratio(f.MemoryBytes, bare.MemoryBytes, 1)
+			f.ChunkP99Ratio = benchkit.Ratio(f.AddedChunkP99Ms, bare.AddedChunkP99Ms, benchkit.Ms(s.p99Resolution))
+			f.TTFBP99Ratio = benchkit.Ratio(f.AddedTTFBP99Ms, bare.AddedTTFBP99Ms, benchkit.Ms(s.p99Resolution))
+			f.CPURatio = benchkit.Ratio(f.CPUUsPerChunk, bare.CPUUsPerChunk, 0.01)
+		}
+		lr.TTFBWindowSeconds, lr.Probes = ls.ttfbWindow.Seconds(), s.probes
 		lr.DirectTTFBP50Ms = med("direct", func(r *pathRound) float64 { return benchkit.Ms(benchkit.PctSorted(r.ttfb, 50)) })
 		lr.DirectTTFBP99Ms = med("direct", func(r *pathRound) float64 { return benchkit.Ms(benchkit.PctSorted(r.ttfb, 99)) })
 		lr.DirectChunkP50Ms = med("direct", func(r *pathRound) float64 { return benchkit.Ms(benchkit.PctSorted(r.delays, 50)) })
 		lr.DirectChunkP99Ms = med("direct", func(r *pathRound) float64 { return benchkit.Ms(benchkit.PctSorted(r.delays, 99)) })
-		lr.BareAddedTTFBP50Ms, _ = added("bare", ttfb, 50)
-		lr.BareAddedTTFBP99Ms, _ = added("bare", ttfb, 99)
-		lr.GatewayAddedTTFBP50Ms, _ = added("gateway", ttfb, 50)
-		lr.GatewayAddedTTFBP99Ms, _ = added("gateway", ttfb, 99)
-		lr.BareAddedChunkP50Ms, _ = added("bare", delay, 50)
-		lr.BareAddedChunkP99Ms, lr.BareAddedChunkP99Rounds = added("bare", delay, 99)
-		lr.GwAddedChunkP50Ms, _ = added("gateway", delay, 50)
-		lr.GwAddedChunkP99Ms, lr.GatewayAddedChunkP99Rounds = added("gateway", delay, 99)
-		lr.BareCPUUsPerChunk = benchkit.Round(med("bare", func(r *pathRound) float64 { return r.cpuPerChk }), 2)
-		lr.GatewayCPUUsPerChunk = benchkit.Round(med("gateway", func(r *pathRound) float64 { return r.cpuPerChk }), 2)
+		lr.Bare, lr.Gateway = figures("bare"), figures("gateway")
+		ratios(&lr.Gateway, lr.Bare)
+		if s.spooling {
+			f := figures("spooling")
+			ratios(&f, lr.Bare)
+			lr.Spooling = &f
+		}
 		lr.ChunksPerRound = int64(med("gateway", func(r *pathRound) float64 { return float64(r.chunks) }))
-		lr.MemoryRatio = benchkit.Ratio(lr.GatewayMemoryBytes, lr.BareMemoryBytes, 1)
-		lr.ChunkP99Ratio = benchkit.Ratio(lr.GwAddedChunkP99Ms, lr.BareAddedChunkP99Ms, benchkit.Ms(s.p99Resolution))
-		lr.TTFBP99Ratio = benchkit.Ratio(lr.GatewayAddedTTFBP99Ms, lr.BareAddedTTFBP99Ms, benchkit.Ms(s.p99Resolution))
-		lr.CPURatio = benchkit.Ratio(lr.GatewayCPUUsPerChunk, lr.BareCPUUsPerChunk, 0.01)
 		lr.LoadAvg = benchkit.Round(benchkit.Median(levelLoads), 2)
 		loads = append(loads, levelLoads...)
 		results = append(results, lr)
-		fmt.Printf("%6d streams | memory/stream bare %.1f KiB gateway %.1f KiB (×%.2f) | goroutines/stream bare %.2f gateway %.2f | "+
-			"added chunk delay p50/p99 bare %.3f/%.3f ms gateway %.3f/%.3f ms (p99 ×%.2f) | added TTFB p99 bare %.2f gateway %.2f ms | "+
-			"CPU/chunk bare %.1f µs gateway %.1f µs | load %.1f\n",
-			n, lr.BareMemoryBytes/1024, lr.GatewayMemoryBytes/1024, lr.MemoryRatio, lr.BareGoroutines, lr.GatewayGoroutines,
-			lr.BareAddedChunkP50Ms, lr.BareAddedChunkP99Ms, lr.GwAddedChunkP50Ms, lr.GwAddedChunkP99Ms, lr.ChunkP99Ratio,
-			lr.BareAddedTTFBP99Ms, lr.GatewayAddedTTFBP99Ms, lr.BareCPUUsPerChunk, lr.GatewayCPUUsPerChunk, lr.LoadAvg)
+		line := func(name string, f proxyFigures) string {
+			out := fmt.Sprintf("%-8s memory/stream %5.1f KiB, goroutines %.2f | added TTFB p50/p99 %.3f/%.3f ms (p99 by round %v; GCs in the window %v, pauses %v ms) | added chunk delay p50/p99 %.3f/%.3f ms | CPU/chunk %.1f µs",
+				name, f.MemoryBytes/1024, f.Goroutines, f.AddedTTFBP50Ms, f.AddedTTFBP99Ms, f.AddedTTFBP99Rounds, f.TTFBWindowGCRounds, f.TTFBWindowGCPauseRounds,
+				f.AddedChunkP50Ms, f.AddedChunkP99Ms, f.CPUUsPerChunk)
+			if f.CPURatio > 0 {
+				out += fmt.Sprintf(" | ×bare: memory %.2f, TTFB p99 %.2f, chunk p99 %.2f, CPU %.2f", f.MemoryRatio, f.TTFBP99Ratio, f.ChunkP99Ratio, f.CPURatio)
+			}
+			return out
+		}
+		fmt.Printf("%6d streams (chunk every %v, %d probes a round, load %.1f): direct TTFB p50/p99 %.3f/%.3f ms, chunk delay p50/p99 %.3f/%.3f ms\n",
+			n, ls.interval, s.probes, lr.LoadAvg, lr.DirectTTFBP50Ms, lr.DirectTTFBP99Ms, lr.DirectChunkP50Ms, lr.DirectChunkP99Ms)
+		fmt.Println("  " + line("bare", lr.Bare))
+		fmt.Println("  " + line("gateway", lr.Gateway))
+		if lr.Spooling != nil {
+			fmt.Println("  " + line("spooling", *lr.Spooling))
+		}
 	}
 	top := results[len(results)-1]
-	met := top.MemoryRatio <= s.targetMem && top.ChunkP99Ratio <= s.targetP99 && top.Failed == 0
+	met := top.Gateway.met(s) && (top.Spooling == nil || top.Spooling.met(s)) && top.Failed == 0
 	out := map[string]any{
 		"bench":                 "streams",
 		"levels":                results,
-		"memory_ratio":          top.MemoryRatio,
-		"added_chunk_p99_ratio": top.ChunkP99Ratio,
+		"memory_ratio":          top.Gateway.MemoryRatio,
+		"added_chunk_p99_ratio": top.Gateway.ChunkP99Ratio,
+		"added_ttfb_p99_ratio":  top.Gateway.TTFBP99Ratio,
+		"cpu_per_chunk_ratio":   top.Gateway.CPURatio,
 		"target_memory_ratio":   s.targetMem,
 		"target_chunk_p99":      s.targetP99,
+		"target_ttfb_p99":       s.targetTTFB,
+		"target_cpu_per_chunk":  s.targetCPU,
 		"chunk_rate_per_s":      s.chunkRate,
 		"rounds":                s.rounds,
 		"p99_resolution_ms":     benchkit.Ms(s.p99Resolution),
@@ -1051,6 +1186,10 @@ func run(s settings) (bool, error) {
 		"targets_met":           met,
 		"open_file_limit":       limit,
 		"notes":                 notes,
+	}
+	if top.Spooling != nil {
+		out["spooling_added_ttfb_p99_ratio"] = top.Spooling.TTFBP99Ratio
+		out["spooling_cpu_per_chunk_ratio"] = top.Spooling.CPURatio
 	}
 	return met, benchkit.PrintResult(out)
 }

@@ -1,7 +1,7 @@
 // Command devservices runs the shared dev servers (NATS JetStream, ClickHouse) for
 // scripts/dev-services, which installs their programs and then hands over to it:
 //
-//	devservices [--root DIR] up [nats-cluster]|down [nats|clickhouse|nats-cluster]|status|logs [-f]
+//	devservices [--root DIR] up [nats-cluster|clickhouse-shards]|down [nats|clickhouse|nats-cluster|clickhouse-shards]|status|logs [-f]
 //
 // See scripts/dev-services for what each command does and the SERVESCOPE_DEV_* variables it
 // reads; package dev/devservices does the work. --root is the repository root (default: the
@@ -27,8 +27,8 @@ import (
 func main() { command().Main() }
 
 func command() *service.Command {
-	c := service.NewCommand("dev-services", "Usage: devservices [--root DIR] up [nats-cluster]|down [nats|clickhouse|nats-cluster]|status|logs [-f]\n\n"+
-		"Runs the shared dev servers (NATS JetStream, ClickHouse, and on demand a NATS cluster) for scripts/dev-services.")
+	c := service.NewCommand("dev-services", "Usage: devservices [--root DIR] up [nats-cluster|clickhouse-shards]|down [nats|clickhouse|nats-cluster|clickhouse-shards]|status|logs [-f]\n\n"+
+		"Runs the shared dev servers (NATS JetStream, ClickHouse, and on demand a NATS cluster or ClickHouse shards) for scripts/dev-services.")
 	root := c.Flags.String("root", "", "repository root (default: the working directory)")
 	c.Run = func(ctx context.Context, _ *slog.Logger, args []string) error {
 		return run(ctx, *root, args)
@@ -57,6 +57,8 @@ func run(ctx context.Context, root string, args []string) error {
 		return devservices.Up(ctx, cfg)
 	case cmd == "up" && len(rest) == 1 && rest[0] == "nats-cluster":
 		return devservices.UpNATSCluster(ctx, cfg)
+	case cmd == "up" && len(rest) == 1 && rest[0] == "clickhouse-shards":
+		return devservices.UpClickHouseShards(ctx, cfg)
 	case cmd == "down" && len(rest) <= 1:
 		which := ""
 		if len(rest) == 1 {
@@ -72,7 +74,7 @@ func run(ctx context.Context, root string, args []string) error {
 	case cmd == "logs" && (len(rest) == 0 || len(rest) == 1 && rest[0] == "-f"):
 		return logs(cfg, len(rest) == 1)
 	}
-	return service.UsageError(fmt.Errorf("usage: up [nats-cluster] | down [clickhouse|nats|nats-cluster] | status | logs [-f] (got %q)", args))
+	return service.UsageError(fmt.Errorf("usage: up [nats-cluster|clickhouse-shards] | down [clickhouse|nats|nats-cluster|clickhouse-shards] | status | logs [-f] (got %q)", args))
 }
 
 // logs replaces this process with tail(1) over the logs: tail -F follows a log across its

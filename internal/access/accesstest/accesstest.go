@@ -6,12 +6,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/servescope/servescope/dev/servers"
 	"github.com/servescope/servescope/dev/testenv"
 	"github.com/servescope/servescope/internal/access"
 	"github.com/servescope/servescope/internal/chstore"
@@ -100,4 +104,46 @@ func Count(t *testing.T, conn driver.Conn, table string) uint64 {
 		t.Fatalf("count %s: %v", table, err)
 	}
 	return n
+}
+
+// ShardedCluster is the remote_servers cluster of [ShardedServers].
+const ShardedCluster = "servescope_access"
+
+// ShardedServers starts two private ClickHouse servers as the two shards of ShardedCluster, with
+// a cluster secret (a query one shard sends the other runs there as the user who asked, as in
+// deploy/clickhouse/cluster/config.d/remote_servers.xml) and a's accounts from
+// [access.Access.UsersXML] plus a passwordless administrator, the default profile giving
+// servers.ClusterProfile as a deployed cluster's does. a.LocalDatabase must be set (the roles'
+// grants on each node's local database). It migrates the sharded schema as the administrator and
+// returns the shards and the administrator's settings (Cluster set, both nodes in Addr).
+func ShardedServers(t *testing.T, a access.Access) ([]*testenv.ClickHouseServer, config.ClickHouse) {
+	t.Helper()
+	if a.LocalDatabase == "" {
+		t.Fatal("ShardedServers: a.LocalDatabase is not set")
+	}
+	body, err := a.UsersXML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(body)
+	if !strings.HasPrefix(doc, "<clickhouse>\n") || !strings.Contains(doc, "  <users>\n") {
+		t.Fatalf("users.d file has an unexpected shape:\n%s", doc)
+	}
+	var profile strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(servers.ClusterProfile)) {
+		fmt.Fprintf(&profile, "<%s>%s</%s>", k, servers.ClusterProfile[k], k)
+	}
+	doc = strings.Replace(doc, "<clickhouse>\n", "<clickhouse>\n  <profiles><default>"+profile.String()+"</default></profiles>\n  <quotas><default></default></quotas>\n", 1)
+	doc = strings.Replace(doc, "  <users>\n", "  <users>\n"+adminUserXML, 1)
+	shards := testenv.StartClickHouseClusterOf(t, testenv.ClickHouseCluster{
+		Name: ShardedCluster, Shards: 2, Secret: RandomSecret(t, "cluster-"), UsersXML: doc,
+	})
+	admin := config.ClickHouse{Addr: []string{shards[0].Addr(), shards[1].Addr()}, Database: a.Database, User: "default",
+		DialTimeout: 5 * time.Second, Cluster: ShardedCluster}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := chstore.MigrateSharded(ctx, admin); err != nil {
+		t.Fatalf("migrate the sharded schema as admin: %v", err)
+	}
+	return shards, admin
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/diagnose"
 	"github.com/servescope/servescope/internal/panels"
 	"github.com/servescope/servescope/internal/postmortem"
@@ -284,6 +285,10 @@ func (s *Server) base(r *http.Request, nav string) (pageData, bool) {
 }
 
 func (s *Server) outage(d *pageData, what string, err error) {
+	if chstore.ShardUnavailable(err) {
+		d.Error = shardDown(what, err)
+		return
+	}
 	if isOutage(err) {
 		d.Down = fmt.Sprintf("ClickHouse at %s is not answering (%v): %s cannot be read.", strings.Join(s.cfg.ClickHouse.Addr, ","), err, what)
 		return

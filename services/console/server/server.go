@@ -34,6 +34,7 @@ import (
 
 	consolepanels "github.com/servescope/servescope/deploy/console"
 	"github.com/servescope/servescope/internal/baseline"
+	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/diagnose"
 	"github.com/servescope/servescope/internal/panels"
 	"github.com/servescope/servescope/services/console/web"
@@ -423,6 +424,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // apiError answers a failed read: ClickHouse unreachable is 503 with clickhouse_down, so the page
 // shows the outage banner; anything else is 500 with the error.
 func (s *Server) apiError(w http.ResponseWriter, what string, err error) {
+	if chstore.ShardUnavailable(err) {
+		// One shard of a cluster: this read cannot be answered whole, the console and the
+		// other shards can; the page says so in the panel rather than as an outage.
+		s.log.Warn("console read failed: a shard does not answer", "what", what, "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": shardDown(what, err), "shard_down": true, "clickhouse_down": false,
+			"clickhouse": strings.Join(s.cfg.ClickHouse.Addr, ",")})
+		return
+	}
 	down := isOutage(err)
 	s.log.Warn("console read failed", "what", what, "err", err, "clickhouse_down", down)
 	status := http.StatusInternalServerError
@@ -435,6 +444,25 @@ func (s *Server) apiError(w http.ResponseWriter, what string, err error) {
 	}
 	writeJSON(w, status, map[string]any{"error": msg, "clickhouse_down": down,
 		"clickhouse": strings.Join(s.cfg.ClickHouse.Addr, ",")})
+}
+
+// shardDown says that what (a panel, a page's reading: "" when err names it) cannot be read
+// because a shard of the cluster does not answer, naming the shard when the error does, and why
+// nothing partial is shown instead.
+func shardDown(what string, err error) string {
+	shard := "a shard of the ClickHouse cluster"
+	if addr := chstore.UnavailableShard(err); addr != "" {
+		shard = "the ClickHouse shard at " + addr
+	}
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	if what == "" {
+		// readPanel's errors start with the panel's name: "panel ttft: series rows: ...".
+		what = "this panel"
+		if name, _, ok := strings.Cut(msg, ":"); ok && strings.HasPrefix(name, "panel ") {
+			what = name
+		}
+	}
+	return fmt.Sprintf("%s cannot be read: %s does not answer, and figures without its rows would mislead (%s)", what, shard, msg)
 }
 
 // isOutage tells a ClickHouse server that does not answer from a query it refused.

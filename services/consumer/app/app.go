@@ -18,6 +18,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/servescope/servescope/internal/bus"
 	"github.com/servescope/servescope/internal/chstore"
@@ -75,7 +76,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ln net.Listener) err
 		}
 	}
 	reg := service.NewRegistry("consumer")
-	c := &consumer{cfg: cfg, log: log, metrics: pipeline.NewMetrics(reg), ready: service.NewReadiness()}
+	c := &consumer{cfg: cfg, log: log, metrics: pipeline.NewMetrics(reg), ready: service.NewReadiness(),
+		queued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "servescope_consumer_rows_queued_for_shard_total",
+			Help: "Rows inserted through the Distributed tables' per-shard queues because a shard did not answer a synchronous insert (acknowledged once the node that took them holds them), by table.",
+		}, []string{"table"})}
+	reg.MustRegister(c.queued)
 	c.ready.Check("nats", c.natsConnected)
 	c.ready.Check("clickhouse", c.clickhouseAnswers)
 	c.ready.Check("inserts", c.insertsSucceed)
@@ -95,6 +101,8 @@ type consumer struct {
 	log     *slog.Logger
 	metrics *pipeline.Metrics
 	ready   *service.Readiness
+	// queued counts rows sent through the per-shard queues (sink.Sharded), by table.
+	queued *prometheus.CounterVec
 
 	nc   atomic.Pointer[nats.Conn]
 	ch   atomic.Pointer[driver.Conn]
@@ -221,7 +229,22 @@ func (c *consumer) run(ctx context.Context) error {
 	defer chConn.Close()
 	c.ch.Store(&chConn)
 
+	var pipeSink pipeline.Sink
 	snk := sink.New(chConn)
+	pipeSink = snk
+	if cfg.ClickHouse.Cluster != "" {
+		// One shard's outage must not hold the other shards' rows (see sink.Sharded).
+		sh := sink.NewSharded(chConn)
+		sh.OnQueued = c.queuedForShard
+		sh.OnFlush = func(table string, err error) {
+			if err != nil {
+				log.Warn("rows queued for a shard could not be sent yet; ClickHouse's own sender goes on trying, and so does the consumer", "table", table, "error", err)
+				return
+			}
+			log.Info("every shard answers again: the rows queued for the one that did not are sent", "table", table)
+		}
+		snk, pipeSink = sh.Sink, sh
+	}
 	// TTLs are in force before the first insert, so that a backfill waiting in the stream is not
 	// dropped by ClickHouse before the first reload.
 	watch := &retentionWatch{snk: snk, log: log}
@@ -231,7 +254,7 @@ func (c *consumer) run(ctx context.Context) error {
 	go func() { defer close(watchDone); watch.run(watchCtx) }()
 	defer func() { stopWatch(); <-watchDone }()
 
-	p := pipeline.New(set, topo, js, cons, snk, c.metrics, log)
+	p := pipeline.New(set, topo, js, cons, pipeSink, c.metrics, log)
 	c.pipe.Store(p)
 	c.ready.Started()
 	durable := cons.CachedInfo().Config // as the setup step made it: in force, whatever set says
@@ -245,6 +268,17 @@ func (c *consumer) run(ctx context.Context) error {
 	}
 	log.Info("stopped", "acked", p.Acked(), "rows_inserted", p.Inserted())
 	return err
+}
+
+// queuedForShard counts and logs a batch that went to the per-shard queues of a Distributed
+// insert because a shard did not answer (sink.Sharded); cause is nil for the batches queued at
+// once after the first.
+func (c *consumer) queuedForShard(table string, rows int, cause error) {
+	c.queued.WithLabelValues(table).Add(float64(rows))
+	if cause != nil {
+		c.log.Warn("a shard does not answer: its rows wait in the Distributed tables' queue on the node that took the insert, the other shards' rows land, and the messages are acknowledged",
+			"table", table, "rows", rows, "shard", chstore.UnavailableShard(cause), "error", cause)
+	}
 }
 
 // retentionInterval is how often the tables' TTLs are re-read, as `servescope migrate ttl`
@@ -272,6 +306,10 @@ func (w *retentionWatch) load(ctx context.Context) {
 	var parts []string
 	for _, table := range sink.Tables() {
 		if r, ok := ret[table]; ok {
+			if r.Table != table {
+				parts = append(parts, table+": "+r.Expr+" (TTL of "+r.Table+")")
+				continue
+			}
 			parts = append(parts, table+": "+r.Expr)
 		} else {
 			parts = append(parts, table+": none understood")

@@ -7,7 +7,10 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
 )
 
 // Retention is a table's TTL as the sink enforces it before inserting.
@@ -23,6 +26,9 @@ type Retention struct {
 	Keep time.Duration
 	// Expr is the TTL as system.tables shows it: "toDateTime(ts) + toIntervalDay(30)".
 	Expr string
+	// Table is the table whose TTL it is: the sink's table itself ("requests"), or on a sharded
+	// schema the local table the rows land in ("servescope_local.requests").
+	Table string
 }
 
 // ttlPattern matches the one TTL form the sink understands, the one migrations and
@@ -49,38 +55,96 @@ func parseTTL(engineFull string) (Retention, bool) {
 	return Retention{Column: m[2] + m[3], Keep: time.Duration(n) * intervalUnits[m[4]], Expr: m[1]}, true
 }
 
-// LoadRetention reads the TTL of every table the sink writes (system.tables.engine_full of the
-// current database) and enforces it from then on; a table whose TTL is absent or of another form
-// is not checked. Call it at start and again from time to time, as `servescope migrate ttl`
-// changes TTLs under a running consumer. On error the retention read before stays in force. It
-// returns what is enforced, by table.
+// distributedEngine matches the engine_full of a Distributed table, Distributed('cluster',
+// 'database', 'table'[, sharding key]): the local table a row inserted through it lands in.
+var distributedEngine = regexp.MustCompile(`^Distributed\('((?:[^'\\]|\\.)*)', '((?:[^'\\]|\\.)*)', '((?:[^'\\]|\\.)*)'`)
+
+// LoadRetention reads the TTL of every table the sink writes and enforces it from then on; a
+// table whose TTL is absent or of another form is not checked. The TTL is the one of the table
+// the rows land in: a table of the current database itself, or, for a Distributed table (a
+// sharded schema, internal/chstore's MigrateSharded), the local table it inserts into, as the
+// node the connection reached holds it (`servescope migrate ttl` changes it on every node; a
+// Distributed table has no TTL of its own, so reading it enforced none and a row past the local
+// table's TTL was acknowledged and dropped without a trace). Call it at start and again from
+// time to time, as `servescope migrate ttl` changes TTLs under a running consumer. On error the
+// retention read before stays in force. It returns what is enforced, by table.
 func (s *Sink) LoadRetention(ctx context.Context) (map[string]Retention, error) {
 	rows, err := s.conn.Query(ctx, "SELECT name, engine_full FROM system.tables WHERE database = currentDatabase()")
 	if err != nil {
 		return nil, fmt.Errorf("read table TTLs: %w", err)
 	}
-	defer rows.Close()
-	ret := map[string]Retention{}
+	engines := map[string]string{}
 	for rows.Next() {
 		var name, engine string
 		if err := rows.Scan(&name, &engine); err != nil {
+			rows.Close()
 			return nil, fmt.Errorf("read table TTLs: %w", err)
 		}
-		if !slices.Contains(Tables(), name) {
+		if slices.Contains(Tables(), name) {
+			engines[name] = engine
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read table TTLs: %w", err)
+	}
+	ret := map[string]Retention{}
+	for _, name := range Tables() {
+		engine, ok := engines[name]
+		if !ok {
 			continue
+		}
+		source := name
+		if m := distributedEngine.FindStringSubmatch(engine); m != nil {
+			db, table := unquote(m[2]), unquote(m[3])
+			source = db + "." + table
+			if engine, err = s.localEngine(ctx, db, table); err != nil {
+				return nil, fmt.Errorf("read the TTL of %s, where the rows of %s land: %w", source, name, err)
+			}
 		}
 		if r, ok := parseTTL(engine); ok {
 			cols, _ := s.Columns(name)
 			if slices.Contains(cols, r.Column) {
+				r.Table = source
 				ret[name] = r
 			}
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read table TTLs: %w", err)
-	}
 	s.retention.Store(&ret)
 	return maps.Clone(ret), nil
+}
+
+// localEngine is the engine_full of database.table on the node the connection reached, "" when
+// that node has no such table.
+func (s *Sink) localEngine(ctx context.Context, database, table string) (string, error) {
+	ctx = clickhouse.Context(ctx, clickhouse.WithParameters(clickhouse.Parameters{"db": database, "t": table}))
+	rows, err := s.conn.Query(ctx, "SELECT engine_full FROM system.tables WHERE database = {db:String} AND name = {t:String}")
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var engine string
+	if rows.Next() {
+		if err := rows.Scan(&engine); err != nil {
+			return "", err
+		}
+	}
+	return engine, rows.Err()
+}
+
+// unquote undoes the backslash escapes of a quoted string in engine_full.
+func unquote(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) {
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // expiredCheck returns a check of rows (values in columns' order) against table's retention:
@@ -116,6 +180,6 @@ func (s *Sink) expiredCheck(table string, columns []string, now time.Time) func(
 			return ""
 		}
 		return fmt.Sprintf("%s %s is older than the TTL of %s (%s), which ClickHouse applies at insert, dropping the row without an error; raise the retention with `servescope migrate ttl %s DAYS` to keep such rows",
-			r.Column, t.UTC().Format(time.RFC3339Nano), table, r.Expr, table)
+			r.Column, t.UTC().Format(time.RFC3339Nano), r.Table, r.Expr, table)
 	}
 }

@@ -59,6 +59,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -205,10 +206,14 @@ func ErrorsToken(errs []IngestError) string {
 // it is older than the table's TTL — it sends nothing and returns a *[RowsError] naming every
 // such row of the batch, so that the caller can set them all aside at once.
 func (s *Sink) insert(ctx context.Context, tableName string, columns []string, n int, token string, values func(dst []any, i int) []any) error {
-	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
+	settings := clickhouse.Settings{
 		"insert_deduplicate":         1,
 		"insert_deduplication_token": token,
-	}))
+	}
+	if extra, ok := ctx.Value(settingsKey{}).(clickhouse.Settings); ok {
+		maps.Copy(settings, extra)
+	}
+	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(settings))
 	// Table and column names come from the fixed definitions in this package, never from input.
 	query := "INSERT INTO " + tableName + " (" + strings.Join(columns, ", ") + ")"
 	batch, err := s.conn.PrepareBatch(ctx, query, driver.WithReleaseConnection())
@@ -235,6 +240,15 @@ func (s *Sink) insert(ctx context.Context, tableName string, columns []string, n
 		return fmt.Errorf("insert %d rows into %s: %w", n, tableName, err)
 	}
 	return nil
+}
+
+// settingsKey carries settings of an insert beside the sink's own (withSettings):
+// clickhouse.WithSettings replaces a context's settings rather than adding to them.
+type settingsKey struct{}
+
+// withSettings returns ctx with settings added to the sink's own for its inserts.
+func withSettings(ctx context.Context, settings clickhouse.Settings) context.Context {
+	return context.WithValue(ctx, settingsKey{}, settings)
 }
 
 // probe finds every row from first on that expired (may be nil) refuses or that the client

@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync"
@@ -236,8 +237,12 @@ type exchange struct {
 	phase   phase
 
 	req        record.Request
-	body       []byte // the buffered body of a recorded request
+	body       []byte // the buffered body of a recorded request, as sent to the engine
+	sentBody   []byte // the body as the client sent it (body before AskUsage)
 	askedUsage bool   // the gateway asked for the usage chunk (and removes it)
+	// observed reads req from sentBody and publishes request.started, once: when the request
+	// has been written to the engine, or at the latest when the exchange finishes.
+	observed sync.Once
 
 	status int
 	fail   *failure
@@ -266,13 +271,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set(HeaderRequestID, x.rid)
 
-	if x.ep != "" {
-		ok := x.readBody()
-		x.publishStarted()
-		if !ok {
-			x.finish()
-			return
-		}
+	if x.ep != "" && !x.readBody() {
+		x.finish()
+		return
 	}
 	x.forward()
 	x.finish()
@@ -292,7 +293,7 @@ func (x *exchange) readBody() bool {
 	}
 	_, err := buf.ReadFrom(io.LimitReader(x.r.Body, limit+1))
 	x.body = buf.Bytes()
-	x.req = record.ParseRequest(x.ep, x.body, x.r.Header, x.h.opt.Capture != nil)
+	x.sentBody = x.body
 	switch {
 	case err != nil && x.r.Context().Err() != nil:
 		x.failWith(StatusClientClosed, schema.LayerClient, "client_closed", "client went away while sending the request body")
@@ -304,12 +305,21 @@ func (x *exchange) readBody() bool {
 		x.failWith(http.StatusRequestEntityTooLarge, schema.LayerGateway, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", limit))
 		return false
 	}
-	// AskUsage asks only when stream is true, which ParseRequest has read already: a
-	// non-streaming body skips its validation pass (FuzzParseRequest holds the two to agreeing).
-	if x.h.opt.AskUsage && x.req.Stream && (x.ep == record.Chat || x.ep == record.Completions) {
+	// The only reading of the body before it goes to the engine: whether to ask for usage, which
+	// changes what is sent. The recorded fields are read once the request is on its way
+	// (observeRequest).
+	if x.h.opt.AskUsage && (x.ep == record.Chat || x.ep == record.Completions) {
 		x.body, x.askedUsage = record.AskUsage(x.body)
 	}
 	return true
+}
+
+// observeRequest reads the recorded fields of the request and publishes request.started. It runs
+// once (x.observed), after the request was written to the engine (forward's WroteRequest trace),
+// or when the exchange finishes without that: nothing the recording does delays the request.
+func (x *exchange) observeRequest() {
+	x.req = record.ParseRequest(x.ep, x.sentBody, x.r.Header, x.h.opt.Capture != nil)
+	x.publishStarted()
 }
 
 // forward sends the request to the engine and copies the response back.
@@ -332,7 +342,13 @@ func (x *exchange) forward() {
 		body = http.MaxBytesReader(x.w, r.Body, x.h.opt.MaxBodyBytes)
 	}
 	// A client that goes away cancels the engine request, as it would without the gateway.
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, target.String(), body)
+	ctx := r.Context()
+	if x.ep != "" {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
+			x.observed.Do(x.observeRequest)
+		}})
+	}
+	out, err := http.NewRequestWithContext(ctx, r.Method, target.String(), body)
 	if err != nil {
 		x.failWith(http.StatusBadGateway, schema.LayerGateway, "bad_upstream_request", "build upstream request: "+err.Error())
 		return
@@ -367,7 +383,14 @@ func (x *exchange) forward() {
 	}
 	defer resp.Body.Close()
 	if m := x.h.opt.Metrics; m != nil {
-		m.upstreamLatency.WithLabelValues(x.route).Observe(time.Since(sent).Seconds())
+		upstream := time.Since(sent).Seconds()
+		defer m.upstreamLatency.WithLabelValues(x.route).Observe(upstream) // after the answer
+	}
+	if _, traced := x.h.opt.Transport.(*http.Transport); x.ep != "" && !traced {
+		// A transport that traces no write records here, before the answer is copied. An
+		// *http.Transport has recorded, or is recording, on its write: the first chunk is not
+		// held for it (finish waits for it instead).
+		x.observed.Do(x.observeRequest)
 	}
 
 	hdr := x.w.Header()
@@ -422,7 +445,9 @@ func (x *exchange) obsError() *record.EngineError {
 	return x.obs.Error
 }
 
-// copyStream forwards an event stream as it arrives, flushing after each read.
+// copyStream forwards an event stream as it arrives, flushing after each read. The observer
+// reads each read's events after they went out (Pass, send, Read): only the decision to hold back
+// or remove bytes, when a removal is pending, comes between a read and its write.
 func (x *exchange) copyStream(src io.Reader) {
 	bp := streamBufPool.Get().(*[]byte)
 	defer streamBufPool.Put(bp)
@@ -431,10 +456,11 @@ func (x *exchange) copyStream(src io.Reader) {
 	for {
 		n, rerr := src.Read(buf)
 		if n > 0 {
-			if out := x.obs.Feed(buf[:n], time.Now()); len(out) > 0 {
-				if !x.send(out, flusher) {
-					return
-				}
+			out := x.obs.Pass(buf[:n], time.Now())
+			sent := len(out) == 0 || x.send(out, flusher)
+			x.obs.Read()
+			if !sent {
+				return
 			}
 			if x.obs.Terminal {
 				x.phase = phaseAnswered
@@ -460,8 +486,9 @@ func (x *exchange) copyBody(src io.Reader) {
 	for {
 		n, rerr := src.Read(buf)
 		if n > 0 {
-			x.obs.Body(buf[:n])
-			if !x.send(buf[:n], nil) {
+			sent := x.send(buf[:n], nil)
+			x.obs.Body(buf[:n]) // after the write: reading never delays the answer
+			if !sent {
 				return
 			}
 		}
@@ -614,6 +641,8 @@ func (x *exchange) finish() {
 		m.requests.WithLabelValues(x.route, statusLabel(x.status)).Inc()
 	}
 	if x.ep != "" {
+		// Never written to the engine (or written and still recording): request.started first.
+		x.observed.Do(x.observeRequest)
 		x.publish(x.finished())
 	}
 }

@@ -57,3 +57,22 @@ func BenchmarkObserverBody(b *testing.B) {
 	}
 	stop()
 }
+
+// BenchmarkObserverContentChunk measures one content chunk of a long stream, the observer's
+// steady cost per generated token: vLLM's chunk, read by Pass (the gateway asked for usage, so a
+// removal is pending) and Read, as the proxy does around each write.
+func BenchmarkObserverContentChunk(b *testing.B) {
+	chunk := []byte(`data: {"id":"chatcmpl-0a1b","object":"chat.completion.chunk","created":1764460000,"model":"Qwen/Qwen2.5-7B-Instruct-AWQ","choices":[{"index":0,"delta":{"content":" world"},"logprobs":null,"finish_reason":null}]}` + "\n\n")
+	script, _ := NewScriptCheck(nil)
+	o := NewObserver(ObserverOptions{Endpoint: Chat, Script: script, StripUsage: true})
+	b.SetBytes(int64(len(chunk)))
+	b.ReportAllocs()
+	stop := benchcpu.Start(b)
+	for b.Loop() {
+		if out := o.Pass(chunk, t0); len(out) != len(chunk) {
+			b.Fatal("the chunk did not pass")
+		}
+		o.Read()
+	}
+	stop()
+}

@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"reflect"
+	"strings"
 	"testing"
+	"time"
+	"unicode"
 
 	"github.com/tidwall/gjson"
 )
@@ -37,6 +41,18 @@ func FuzzObserverFeed(f *testing.F) {
 		if len(whole) > len(in) {
 			t.Fatalf("removal added bytes")
 		}
+		// The proxy sends what Pass returns before Read reads the rest: the same bytes, and the
+		// same facts as an observer that removes nothing and reads every event in Read, in order.
+		passed, strip := passRead(NewObserver(ObserverOptions{Endpoint: Chat, Script: script, StripUsage: true, Capture: true, CaptureMax: 64}), in, cut)
+		if !bytes.Equal(passed, split) {
+			t.Fatalf("Pass then Read sent %q, Feed %q", passed, split)
+		}
+		_, keep := passRead(NewObserver(ObserverOptions{Endpoint: Chat, Script: script, Capture: true, CaptureMax: 64}), in, cut)
+		if !reflect.DeepEqual(strip.Response, keep.Response) || strip.Output() != keep.Output() ||
+			!reflect.DeepEqual(strip.FinishReasons(), keep.FinishReasons()) || strip.TokenEvents() != keep.TokenEvents() ||
+			!strip.FirstOutput().Equal(keep.FirstOutput()) {
+			t.Fatalf("removing the usage chunk changed what was read:\n%+v %q\n%+v %q", strip.Response, strip.Output(), keep.Response, keep.Output())
+		}
 		if len(whole) < len(in) {
 			// What was removed is one whole event of the stream.
 			found := false
@@ -56,6 +72,21 @@ func FuzzObserverFeed(f *testing.F) {
 			}
 		}
 	})
+}
+
+// passRead sends in through o as the proxy does, in two reads cut at cut (at t0 and t0 + 1 ms)
+// into one buffer: the bytes Pass returns go out, then Read reads the rest, then the next read
+// overwrites the buffer; it returns what went out.
+func passRead(o *Observer, in []byte, cut int) ([]byte, *Observer) {
+	var out []byte
+	for i, piece := range [][]byte{in[:cut], in[cut:]} {
+		buf := append([]byte(nil), piece...)
+		out = append(out, o.Pass(buf, t0.Add(time.Duration(i)*time.Millisecond))...)
+		o.Read()
+		clear(buf) // the proxy reads the next bytes into the same buffer
+
+	}
+	return append(out, o.End()...), o
 }
 
 // FuzzBodyMembers checks the incremental top-level reader of response bodies against gjson: on a
@@ -174,6 +205,140 @@ func FuzzMembers(f *testing.F) {
 			if !colon || !bytes.HasSuffix(bytes.TrimRight(before, " \t\r\n"), []byte(`"`+string(m.key)+`"`)) {
 				t.Fatalf("value at %d of %q does not follow its key %q", m.start, in, m.key)
 			}
+		}
+	})
+}
+
+// FuzzChunkFastPath holds the fast reader of plain chunks (chunkFast) to the general reader: the
+// same facts from any data, whether the fast reader takes it or leaves it.
+func FuzzChunkFastPath(f *testing.F) {
+	for _, name := range []string{"chat_stream.engine.sse", "chat_stream_cjk.sse", "completion_stream.engine.sse", "chat_stream_error.sse", "chat_stream_error_v08.sse"} {
+		for _, line := range bytes.Split(golden(f, name), []byte("\n")) {
+			if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
+				f.Add(data)
+			}
+		}
+	}
+	for _, s := range []string{
+		`{"id":"a","id":"b","model":"","model":"m","choices":[{"index":1,"delta":{"content":"x","content":null}},{"delta":{"role":null,"reasoning":null,"reasoning_content":"r","reasoning":"s"}}]}`,
+		`{"choices":[{"index":0,"text":"a","delta":{"content":"b"},"text":"c","finish_reason":"stop","finish_reason":null}]}`,
+		`{"choices":[{"index":-1,"delta":{"role":"assistant","content":""}},{"index":2.0},{"index":"3"}],"object":"error"}`,
+		`{"choices":[{"index":0,"delta":{"content":"a\nb","reasoning":7}}], "created" : 1e3 }  `,
+		`{"choices":[1],"x":{"y":[true,false,null,"\u00e9"]}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	script, _ := NewScriptCheck(nil)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ev := append(append([]byte("data: "), data...), '\n', '\n')
+		if bytes.ContainsAny(data, "\r\n") {
+			return // one data line: the chunk as vLLM writes it
+		}
+		fast := NewObserver(ObserverOptions{Endpoint: Chat, Script: script, Capture: true, CaptureMax: 64})
+		slow := NewObserver(ObserverOptions{Endpoint: Chat, Script: script, Capture: true, CaptureMax: 64})
+		slow.slowOnly = true
+		fast.Feed(ev, t0)
+		slow.Feed(ev, t0)
+		fast.Feed(ev, t0.Add(time.Second)) // a second chunk: ids kept, timelines extended
+		slow.Feed(ev, t0.Add(time.Second))
+		if !reflect.DeepEqual(fast.Response, slow.Response) || fast.Output() != slow.Output() ||
+			!reflect.DeepEqual(fast.FinishReasons(), slow.FinishReasons()) || fast.TokenEvents() != slow.TokenEvents() ||
+			!fast.FirstOutput().Equal(slow.FirstOutput()) || !reflect.DeepEqual(fast.choices, slow.choices) {
+			t.Fatalf("fast and general readers differ on %q:\n%+v %q %+v\n%+v %q %+v", data,
+				fast.Response, fast.Output(), fast.choices, slow.Response, slow.Output(), slow.choices)
+		}
+	})
+}
+
+// FuzzChunkTemplate holds the template (a stream's next chunk that differs from the last only in
+// its text) to the general reader: a chunk, then the same chunk with the value of its first
+// "content" or "text" string replaced, read by both.
+func FuzzChunkTemplate(f *testing.F) {
+	for _, name := range []string{"chat_stream.engine.sse", "chat_stream_cjk.sse", "completion_stream.engine.sse"} {
+		for _, line := range bytes.Split(golden(f, name), []byte("\n")) {
+			if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
+				f.Add(data, " next")
+			}
+		}
+	}
+	f.Add([]byte(`{"choices":[{"index":0,"text":"a","delta":{"content":"b"},"text":"c","finish_reason":"stop"}]}`), "q")
+	f.Add([]byte(`{"choices":[{"delta":{"reasoning":"r","content":"x"},"finish_reason":null}],"model":"m"}`), "")
+	script, _ := NewScriptCheck(nil)
+	f.Fuzz(func(t *testing.T, data []byte, text string) {
+		if bytes.ContainsAny(data, "\r\n") || strings.ContainsAny(text, "\"\\\r\n") {
+			return
+		}
+		next := data
+		for _, key := range []string{`"content":"`, `"text":"`} {
+			if i := bytes.Index(data, []byte(key)); i >= 0 {
+				start := i + len(key)
+				if end := bytes.IndexByte(data[start:], '"'); end >= 0 {
+					next = append(append(append([]byte(nil), data[:start]...), text...), data[start+end:]...)
+					break
+				}
+			}
+		}
+		fast := NewObserver(ObserverOptions{Endpoint: Chat, Script: script, Capture: true, CaptureMax: 64})
+		slow := NewObserver(ObserverOptions{Endpoint: Chat, Script: script, Capture: true, CaptureMax: 64})
+		slow.slowOnly = true
+		for i, d := range [][]byte{data, next, data} {
+			ev := append(append([]byte("data: "), d...), '\n', '\n')
+			fast.Feed(ev, t0.Add(time.Duration(i)*time.Second))
+			slow.Feed(append([]byte(nil), ev...), t0.Add(time.Duration(i)*time.Second))
+			clear(ev) // the proxy's buffer is reused: nothing may keep its bytes
+		}
+		if !reflect.DeepEqual(fast.Response, slow.Response) || fast.Output() != slow.Output() ||
+			!reflect.DeepEqual(fast.FinishReasons(), slow.FinishReasons()) || fast.TokenEvents() != slow.TokenEvents() ||
+			!fast.FirstOutput().Equal(slow.FirstOutput()) || !reflect.DeepEqual(fast.choices, slow.choices) {
+			t.Fatalf("fast and general readers differ on %q then %q:\n%+v %q %+v\n%+v %q %+v", data, next,
+				fast.Response, fast.Output(), fast.choices, slow.Response, slow.Output(), slow.choices)
+		}
+	})
+}
+
+// FuzzEventEnd holds eventEnd (an LF-only scan of the first event, the general one only when a
+// CR comes before its end) to eventEndAny, the scan of every kind of line end, on any bytes.
+func FuzzEventEnd(f *testing.F) {
+	for _, s := range []string{
+		"data: {}\n\n", "data: a\ndata: b\n\ndata: c\n\n", "data: a\r\n\r\n", "data: a\n\r\n",
+		"data: a\r", "data: a\r\r", "event: x\ndata: y\n\ndata: z\r\n\r\n", ":\n\n", "\n", "\r", "",
+		"data: a\nb\rc\n\n", "data: a\n\ndata: b\r\r",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Add(golden(f, "chat_stream.engine.sse"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := eventEnd(b), eventEndAny(b); got != want {
+			t.Fatalf("eventEnd(%q) = %d, eventEndAny %d", b, got, want)
+		}
+	})
+}
+
+// FuzzScriptForeign holds Foreign (ASCII skipped eight bytes at a time when Latin is allowed) to
+// its definition: the letters of s, rune by rune, outside the allowed scripts.
+func FuzzScriptForeign(f *testing.F) {
+	for _, s := range []string{
+		"Hello, world! 123 — ça va?", "Привет", "答案是北京", "The answer is Привет, and then 北京 again.",
+		"12345678Привет12345678x", "abcdefgh\xff\xfeabcdefgh", "e\u0301 ①",
+	} {
+		f.Add(s, false)
+		f.Add(s, true)
+	}
+	latin, _ := NewScriptCheck(nil)
+	cyrillic, _ := NewScriptCheck([]string{"Cyrillic"})
+	f.Fuzz(func(t *testing.T, s string, cyr bool) {
+		c := latin
+		if cyr {
+			c = cyrillic
+		}
+		var want uint32
+		for _, r := range s {
+			if unicode.IsLetter(r) && !unicode.IsOneOf(c.allowed, r) {
+				want++
+			}
+		}
+		if got := c.Foreign(s); got != want {
+			t.Fatalf("Foreign(%q) = %d, want %d (cyrillic only: %v)", s, got, want, cyr)
 		}
 	})
 }

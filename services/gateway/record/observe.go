@@ -1,6 +1,7 @@
 package record
 
 import (
+	"bytes"
 	"strconv"
 	"strings"
 	"time"
@@ -75,7 +76,19 @@ type Observer struct {
 	joined  []byte // scratch for multi-line data
 	holding bool   // a removal may come: partial events are held back
 
+	// What the last Pass left for Read: the bytes passed unread (nothing held back), or the
+	// events of data (spans) passed unread and where data's incomplete tail starts.
+	now    time.Time
+	unread []byte
+	data   []byte
+	spans  [][2]int
+	tail   int
+	framed bool // data, spans and tail are set
+
 	body *bodyMembers
+
+	tmpl     chunkTemplate // the stream's last plain chunk (fastchunk.go)
+	slowOnly bool          // tests: read every chunk with the general reader
 }
 
 // ObserverOptions configures an Observer.
@@ -150,18 +163,41 @@ func (o *Observer) TPOT(completionTokens uint32) (seconds float64, ok bool) {
 // completion token estimate when the engine gives no usage.
 func (o *Observer) TokenEvents() int { return o.choices.events }
 
-// Feed takes bytes just read from an SSE stream at time now and returns the bytes to send to the
-// client now. Without a removal pending, everything passes at once (the parser alone waits for the
-// rest of an event); with one pending, a partial event is held back until it is complete, and once
-// the removal happened everything passes again. The returned slice is valid until the next call.
+// Feed takes bytes just read from an SSE stream at time now, reads every event they complete and
+// returns the bytes to send to the client now: Pass and Read at once. The returned slice is valid
+// until the next call.
 func (o *Observer) Feed(p []byte, now time.Time) []byte {
-	hold := o.holding // when set, pending bytes were not sent yet
+	out := o.Pass(p, now)
+	if len(out) > 0 && o.framed && len(o.pending) > 0 && &out[0] == &o.pending[0] {
+		// Read moves the incomplete tail to the front of pending, over these bytes.
+		o.out = append(o.out[:0], out...)
+		out = o.out
+	}
+	o.Read()
+	return out
+}
+
+// Pass takes bytes just read from an SSE stream at time now and returns the bytes to send to the
+// client now, reading no more of them than that decision needs: the events are read by Read,
+// which the caller calls after sending, so that reading an event never delays it. Without a
+// removal pending, everything passes at once, unread. With one pending, a partial event is held
+// back until it is complete, and an event that may be the usage-only chunk to remove (it names
+// usage, in plain letters or through a \u escape) is read at once, after the events before it;
+// once the removal happened everything passes again. The returned slice is valid until the next
+// Pass; call Read before the next Pass.
+func (o *Observer) Pass(p []byte, now time.Time) []byte {
+	o.now = now
+	if !o.holding {
+		o.unread = p
+		return p
+	}
 	data := p
 	aliased := len(o.pending) > 0
 	if aliased {
 		o.pending = append(o.pending, p...)
 		data = o.pending
 	}
+	o.spans = o.spans[:0]
 	start, emitFrom := 0, 0
 	removed := false
 	for {
@@ -170,29 +206,89 @@ func (o *Observer) Feed(p []byte, now time.Time) []byte {
 			break
 		}
 		end := start + n
-		if o.event(data[start:end], now) {
-			// At most one event is ever removed, so o.out starts empty here.
-			o.out = append(o.out[:0], data[emitFrom:start]...)
-			emitFrom = end
-			removed = true
+		if ev := data[start:end]; !removed && o.mayRemove(ev) {
+			// Read in order: the events before this one first.
+			o.readSpans(data)
+			if o.event(ev, now) {
+				// At most one event is ever removed, so o.out starts empty here.
+				o.out = append(o.out[:0], data[emitFrom:start]...)
+				emitFrom = end
+				removed = true
+			}
+		} else {
+			o.spans = append(o.spans, [2]int{start, end})
 		}
 		start = end
 	}
 	var out []byte
 	switch {
-	case !hold:
-		out = p
 	case removed:
 		// Nothing more will be removed: the rest passes, a partial event included.
 		o.out = append(o.out, data[emitFrom:]...)
 		out = o.out
-	case aliased && start < len(data):
-		// The tail moves to the front of pending below, over these bytes.
-		o.out = append(o.out[:0], data[:start]...)
-		out = o.out
 	default:
 		out = data[:start]
 	}
+	o.data, o.tail, o.framed = data, start, true
+	return out
+}
+
+// mayRemove reports whether the complete event ev could be the usage-only chunk: it holds
+// "usage", or an escape that could spell it, and is not the stream's last plain chunk with
+// another text (chunkTemplate: a chunk without usage).
+func (o *Observer) mayRemove(ev []byte) bool {
+	if d, ok := bytes.CutPrefix(ev, []byte("data: ")); ok && len(d) > 2 {
+		if _, plain := o.tmpl.match(d[:len(d)-2]); plain && d[len(d)-1] == '\n' && d[len(d)-2] == '\n' {
+			return false
+		}
+	}
+	if i := bytes.IndexByte(ev, '\\'); i >= 0 && bytes.Contains(ev[i:], []byte(`\u`)) {
+		return true
+	}
+	return bytes.Contains(ev, []byte("usage"))
+}
+
+// readSpans reads the events of data that Pass left unread so far.
+func (o *Observer) readSpans(data []byte) {
+	for _, sp := range o.spans {
+		o.event(data[sp[0]:sp[1]], o.now)
+	}
+	o.spans = o.spans[:0]
+}
+
+// Read reads the events that the bytes of the last Pass completed and that Pass left unread
+// (removing none: a removal is decided in Pass), and keeps an incomplete last event for the
+// next Pass.
+func (o *Observer) Read() {
+	if p := o.unread; p != nil {
+		o.unread = nil
+		data := p
+		if len(o.pending) > 0 {
+			o.pending = append(o.pending, p...)
+			data = o.pending
+		}
+		start := 0
+		for {
+			n := eventEnd(data[start:])
+			if n < 0 {
+				break
+			}
+			o.event(data[start:start+n], o.now)
+			start += n
+		}
+		o.keepTail(data, start, len(o.pending) > 0)
+		return
+	}
+	if !o.framed {
+		return
+	}
+	o.readSpans(o.data)
+	o.keepTail(o.data, o.tail, len(o.pending) > 0 && &o.data[0] == &o.pending[0])
+	o.data, o.framed = nil, false
+}
+
+// keepTail keeps data[start:], an incomplete event, in pending; aliased says data is pending.
+func (o *Observer) keepTail(data []byte, start int, aliased bool) {
 	switch tail := data[start:]; {
 	case len(tail) == 0:
 		o.pending = o.pending[:0]
@@ -201,7 +297,6 @@ func (o *Observer) Feed(p []byte, now time.Time) []byte {
 	default:
 		o.pending = append(o.pending[:0], tail...)
 	}
-	return out
 }
 
 // End returns the bytes still held back at the end of the stream (an incomplete last event),
@@ -231,6 +326,9 @@ func (o *Observer) event(ev []byte, now time.Time) bool {
 	if o.endpoint == Responses {
 		o.responsesEvent(parse(data), now)
 		return false
+	}
+	if !o.slowOnly && o.chunkFast(data, now) {
+		return false // no usage in it: nothing to remove
 	}
 	usageOnly := o.chunk(parse(data), now)
 	if usageOnly && o.strip && !o.stripped && !o.Continuous {

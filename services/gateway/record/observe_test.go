@@ -394,3 +394,29 @@ func p(v *uint32) any {
 	}
 	return *v
 }
+
+// The fast reader takes vLLM's plain chunks (every chunk of the golden streams but the usage-only
+// one and the error events), so it is the reader that runs on a stream's hot path.
+func TestFastReaderTakesVLLMChunks(t *testing.T) {
+	taken, left := 0, 0
+	for _, name := range []string{"chat_stream.engine.sse", "chat_stream_cjk.sse", "completion_stream.engine.sse"} {
+		for _, line := range bytes.Split(golden(t, name), []byte("\n")) {
+			data, ok := bytes.CutPrefix(line, []byte("data: "))
+			if !ok || len(data) == 0 || data[0] != '{' {
+				continue
+			}
+			o := NewObserver(ObserverOptions{Endpoint: Chat})
+			if o.chunkFast(data, t0) {
+				taken++
+				continue
+			}
+			left++
+			if !bytes.Contains(data, []byte(`"usage"`)) {
+				t.Errorf("%s: the fast reader left a chunk without usage: %s", name, data)
+			}
+		}
+	}
+	if taken == 0 || left == 0 {
+		t.Errorf("fast reader took %d chunks and left %d; want both (the usage chunks are left)", taken, left)
+	}
+}

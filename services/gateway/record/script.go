@@ -57,6 +57,16 @@ func lookupScript(name string) *unicode.RangeTable {
 func (c *ScriptCheck) Foreign(s string) uint32 {
 	var n uint32
 	for i := 0; i < len(s); {
+		if c.asciiAllowed {
+			// Eight ASCII bytes at a time: nothing in them counts.
+			for i+8 <= len(s) && (uint64(s[i])|uint64(s[i+1])<<8|uint64(s[i+2])<<16|uint64(s[i+3])<<24|
+				uint64(s[i+4])<<32|uint64(s[i+5])<<40|uint64(s[i+6])<<48|uint64(s[i+7])<<56)&0x8080808080808080 == 0 {
+				i += 8
+			}
+			if i == len(s) {
+				break
+			}
+		}
 		b := s[i]
 		if b < utf8.RuneSelf {
 			if !c.asciiAllowed && (b|0x20 >= 'a' && b|0x20 <= 'z') {

@@ -11,6 +11,21 @@ import "bytes"
 // line that ends it, or -1 when b holds no complete event yet. b starts at the beginning of a
 // line. A CR at the very end of b is undecided (an LF may follow in the next read).
 func eventEnd(b []byte) int {
+	// What vLLM writes has no CR: the LF-only scan decides unless a CR comes before the end it
+	// finds. Only that event is searched for a CR, not all of b, since b may hold many events
+	// and the caller calls eventEnd once for each.
+	n := eventEndLF(b)
+	if n >= 0 && bytes.IndexByte(b[:n], '\r') < 0 {
+		return n
+	}
+	if n < 0 && bytes.IndexByte(b, '\r') < 0 {
+		return -1
+	}
+	return eventEndAny(b)
+}
+
+// eventEndAny is eventEnd for text with any line ends.
+func eventEndAny(b []byte) int {
 	i := 0
 	for i < len(b) {
 		// b[i] starts a line: an empty line ends the event.
@@ -26,7 +41,7 @@ func eventEnd(b []byte) int {
 			}
 			return i + 1
 		}
-		j := bytes.IndexAny(b[i:], "\r\n")
+		j := lineBreak(b[i:])
 		if j < 0 {
 			return -1
 		}
@@ -44,13 +59,51 @@ func eventEnd(b []byte) int {
 	return -1
 }
 
+// eventEndLF is eventEnd of text where every line ends with LF, CR being an ordinary byte.
+func eventEndLF(b []byte) int {
+	for i := 0; i < len(b); {
+		if b[i] == '\n' {
+			return i + 1
+		}
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return -1
+		}
+		i += j + 1
+	}
+	return -1
+}
+
+// lineBreak returns the index of the first CR or LF in b, -1 when there is none: two vectorized
+// byte scans, where bytes.IndexAny with the two bytes walks b one byte at a time (it took 29% of
+// the observer's instructions per chunk, callgrind on BenchmarkObserverFeedStream).
+func lineBreak(b []byte) int {
+	lf := bytes.IndexByte(b, '\n')
+	end := lf
+	if end < 0 {
+		end = len(b)
+	}
+	if cr := bytes.IndexByte(b[:end], '\r'); cr >= 0 {
+		return cr
+	}
+	return lf
+}
+
 // sseData returns the data of one complete event: its "data" lines joined with LF. joined is
 // scratch space for events with several data lines. ok is false for an event without data (a
 // comment or keep-alive).
 func sseData(ev []byte, joined []byte) (data, scratch []byte, ok bool) {
+	// What vLLM writes: "data: <json>\n\n", one line.
+	if rest, found := bytes.CutPrefix(ev, []byte("data: ")); found && len(rest) >= 2 && rest[len(rest)-1] == '\n' && rest[len(rest)-2] == '\n' {
+		// An event ends at its first empty line: the LF before the last is the first line end
+		// unless the data holds a CR.
+		if d := rest[:len(rest)-2]; bytes.IndexByte(d, '\n') < 0 && bytes.IndexByte(d, '\r') < 0 {
+			return d, joined, true
+		}
+	}
 	lines := 0
 	for len(ev) > 0 {
-		j := bytes.IndexAny(ev, "\r\n")
+		j := lineBreak(ev)
 		line := ev
 		if j >= 0 {
 			line = ev[:j]

@@ -28,6 +28,11 @@ import (
 // Everything else is left alone: the engine answers as it would without the gateway, and usage is
 // read when the client's own options bring it. The rest of the body keeps its bytes.
 func AskUsage(body []byte) ([]byte, bool) {
+	// Without the key "stream" spelled plainly there is nothing to do (an escaped key is left
+	// alone below): most non-streaming bodies are not read further.
+	if !bytes.Contains(body, []byte(`"stream"`)) {
+		return body, false
+	}
 	// An invalid body goes to the engine untouched, for the engine to refuse in its own words.
 	if !gjson.ValidBytes(body) {
 		return body, false
