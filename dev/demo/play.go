@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/servescope/servescope/internal/chstore"
+	detectorservice "github.com/servescope/servescope/services/detector/service"
 	"github.com/servescope/servescope/sim/loadgen/load"
 )
 
@@ -185,6 +187,23 @@ func (r *run) play(ctx context.Context) error {
 		return err
 	}
 	checks = append(checks, slChecks...)
+
+	// The verdicts, as the console reads them: the rules the console and the detector load.
+	defs, err := detectorservice.LoadRules(filepath.Join(r.dirs.State, "rules"))
+	if err != nil {
+		return err
+	}
+	ruleWindows := RuleWindows(defs)
+	fmt.Fprintf(r.out, "\n(e) Beside each incident, the complaint page a user would open for it, over the incident's window, as the\n    console reads it (diagnose at the rules' windows against the 24 h ending 1 h before, the range's alerts first)\n\n")
+	pageFails, err := WritePageVerdicts(ctx, r.out, r.conn, append(append([]Window{}, scen...), inc...), ruleWindows)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(r.out, "\n(f) Every complaint page over the last hour names the alerts that fired in it (the webhook receiver's)\n\n")
+	hourFails, err := WriteLastHourPages(ctx, r.out, r.conn, r.recv.Alerts(), ruleWindows)
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(r.out, "\ndemo finished in %s\n", time.Since(r.started).Round(time.Second))
 
 	var fails []string
@@ -207,6 +226,7 @@ func (r *run) play(ctx context.Context) error {
 			fails = append(fails, fmt.Sprintf("alert link %s of %s does not open: %s", l.URL, l.Rule, l.Problem))
 		}
 	}
+	fails = append(append(fails, pageFails...), hourFails...)
 	if len(fails) > 0 && r.opt.Once {
 		return fmt.Errorf("the demo did not show what it must:\n  %s", strings.Join(fails, "\n  "))
 	}

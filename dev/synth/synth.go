@@ -76,6 +76,10 @@ type Shape struct {
 	QueueProb, QueueSeconds float64
 	// UnfinishedProb is the chance a request starts and never finishes (no request.finished).
 	UnfinishedProb float64
+	// PromptTokens is each answered request's input token count and CachedTokens the part of it
+	// the prefix cache served (0: not recorded, as the gateway leaves them when the engine does
+	// not say).
+	PromptTokens, CachedTokens int
 }
 
 // NormalShape is a healthy RAG chat service, close to the normal workload of docs/measurements.md
@@ -213,6 +217,14 @@ func (g *Generator) request(t *Traffic, arrival time.Time, s Shape, end time.Tim
 	if status == 200 {
 		f.TTFTSeconds, f.TPOTSeconds, f.QueueSeconds = ptr(ttft), ptr(tpot), ptr(queue)
 		f.CompletionTokens, f.FinishReason = &tokens, finish
+		if s.PromptTokens > 0 {
+			in := uint32(s.PromptTokens)
+			f.PromptTokens = &in
+			if s.CachedTokens > 0 {
+				c := uint32(s.CachedTokens)
+				f.CachedTokens = &c
+			}
+		}
 		foreign, violation := uint32(0), g.rng.Float64() < s.ViolationProb
 		if violation {
 			foreign = uint32(1 + g.rng.IntN(40))

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
+
+	"github.com/servescope/servescope/internal/baseline"
 )
 
 // Branch IDs, in the order the diagnosis walks them (docs/measurements.md, From symptom to
@@ -11,6 +14,7 @@ import (
 const (
 	BranchQueueOverload        = "queue_overload"
 	BranchKVPressure           = "kv_pressure"
+	BranchUnfinished           = "unfinished_requests"
 	BranchLongPrompt           = "long_prompt"
 	BranchLongOutput           = "long_output"
 	BranchGenerationContention = "generation_contention"
@@ -19,11 +23,20 @@ const (
 	BranchEngineCrash          = "engine_crash"
 )
 
+// BranchOrder is the order the branches are walked and printed in.
+var BranchOrder = []string{BranchQueueOverload, BranchKVPressure, BranchUnfinished, BranchLongPrompt, BranchLongOutput,
+	BranchGenerationContention, BranchRetrieval, BranchWrongLanguage, BranchEngineCrash}
+
 // Branch statuses.
 const (
 	StatusFinding = "finding" // the signature is there; Conclusion says what it points to
-	StatusClear   = "clear"   // the quantities were recorded and do not show the signature
-	StatusNoData  = "no data" // the quantities this branch needs were not recorded
+	// StatusClear: the quantities were recorded and show no signature, over the whole range, in
+	// every window of the branch's resolution, and no alert of the branch's rules fired.
+	StatusClear  = "clear"
+	StatusNoData = "no data" // the quantities this branch needs were not recorded
+	// StatusCannotTell: the window's quantities were recorded, but the data cannot decide (no
+	// baseline of a quantity that has no absolute floor).
+	StatusCannotTell = "cannot tell"
 )
 
 // Thresholds. Alert thresholds are relative to a normal day of the same system (docs/measurements.md,
@@ -68,6 +81,14 @@ const (
 	KVLowShare = 0.5
 	// KVFullShare is the KV usage that counts as full: the kv_cache_pressure rule's threshold.
 	KVFullShare = 0.95
+	// RetrievalFloorScore is the median top score under which retrieval counts as drifted without
+	// a baseline (retrieval_score_drift's floor).
+	RetrievalFloorScore = 0.4
+	// UnfinishedMinShare and UnfinishedMinCount: the share of started requests left unanswered
+	// (UnfinishedGrace) and their number that make the unfinished finding. Absolute: a healthy
+	// system answers every request, so no baseline is read for it.
+	UnfinishedMinShare = 0.1
+	UnfinishedMinCount = 5
 	// DefaultMaxNumSeqs is vLLM's default slot limit (--max-num-seqs) for the OpenAI server on GPUs
 	// under 70 GiB and on A100s (larger GPUs default to 1024: get_batch_defaults in
 	// vllm/engine/arg_utils.py on main, _set_default_args_v1 at v0.10).
@@ -91,31 +112,89 @@ type Branch struct {
 	NotRuledOut string `json:"not_ruled_out,omitempty"`
 	// Action is what to check or change next, for a finding.
 	Action string `json:"action,omitempty"`
+	// Resolution is the length of the windows the range was read at for this branch (the window
+	// of its rule, see Bearings); Window is the worst of them, when any held enough to be walked,
+	// and FromWindow says the status and conclusion are that window's rather than the whole
+	// range's (the whole range's conclusion is then in the evidence).
+	Resolution time.Duration `json:"resolution_ns,omitempty"`
+	Window     *Window       `json:"window,omitempty"`
+	FromWindow bool          `json:"from_window,omitempty"`
+	// At says it in words (WindowText).
+	At string `json:"at,omitempty"`
+	// Alerts are the alerts of the branch's own signature rules (Bearings) that fired in the
+	// range: any makes the branch a finding.
+	Alerts []Alert `json:"alerts,omitempty"`
 }
 
-// walk evaluates every branch for the window cur against the baseline base (hasBase false when the
-// baseline held no records).
+// walk evaluates every branch, in BranchOrder, for the window cur against the baseline base
+// (hasBase false when the baseline held no records).
 func walk(cur, base *Stats, hasBase bool) []Branch {
-	b := func(s *Stats) *Stats {
-		if hasBase {
-			return s
-		}
-		return &Stats{}
-	}(base)
-	return []Branch{
-		queueOverload(cur, b),
-		kvPressure(cur, b, hasBase),
-		longPrompt(cur, b, hasBase),
-		longOutput(cur, b, hasBase),
-		generationContention(cur, b, hasBase),
-		retrievalDrift(cur, b, hasBase),
-		wrongLanguage(cur, b, hasBase),
-		engineCrash(cur, b, hasBase),
+	out := make([]Branch, 0, len(BranchOrder))
+	for _, id := range BranchOrder {
+		out = append(out, walkOne(id, cur, base, hasBase))
 	}
+	return out
 }
+
+// walkOne evaluates the branch id.
+func walkOne(id string, cur, base *Stats, hasBase bool) Branch {
+	if !hasBase {
+		base = &Stats{}
+	}
+	switch id {
+	case BranchQueueOverload:
+		return queueOverload(cur, base)
+	case BranchKVPressure:
+		return kvPressure(cur, base, hasBase)
+	case BranchUnfinished:
+		return unfinished(cur)
+	case BranchLongPrompt:
+		return longPrompt(cur, base, hasBase)
+	case BranchLongOutput:
+		return longOutput(cur, base, hasBase)
+	case BranchGenerationContention:
+		return generationContention(cur, base, hasBase)
+	case BranchRetrieval:
+		return retrievalDrift(cur, base, hasBase)
+	case BranchWrongLanguage:
+		return wrongLanguage(cur, base, hasBase)
+	case BranchEngineCrash:
+		return engineCrash(cur, base, hasBase)
+	}
+	panic("diagnose: unknown branch " + id)
+}
+
+// branchTitles and branchActions are each branch's hypothesis and the next step of a finding; a
+// branch found from an alert alone takes its action from here.
+var branchTitles = map[string]string{
+	BranchQueueOverload:        "Queue-dominated overload (\"it takes ages for the first word\", \"it hangs when lots of people use it\")",
+	BranchKVPressure:           "KV cache pressure (running requests preempted because no KV block was free)",
+	BranchUnfinished:           "Requests left unfinished (\"it hangs\": started, not answered)",
+	BranchLongPrompt:           "Long prompts (input tokens up, possibly hidden by the prefix cache)",
+	BranchLongOutput:           "Long outputs (\"answers take long\" but text appears immediately)",
+	BranchGenerationContention: "Generation contention (\"the text appears slowly\": TPOT up with output tokens unchanged)",
+	BranchRetrieval:            "Retrieval drift or version change (\"off-topic answers\", no errors)",
+	BranchWrongLanguage:        "Wrong-language output (\"answers mixed with Chinese\")",
+	BranchEngineCrash:          "Engine crash (\"the server threw 500 and then vanished\")",
+}
+
+var branchActions = map[string]string{
+	BranchQueueOverload:        "limit the load or add machines; watch waiting and queue wait over time",
+	BranchKVPressure:           "lower --max-num-seqs or --max-model-len, enable prefix caching, or give the KV cache more memory (--gpu-memory-utilization, more GPUs)",
+	BranchUnfinished:           "check waiting and running against max_num_seqs and the engine's health (its /metrics, its log): shed load or add capacity before the backlog grows without bound",
+	BranchLongPrompt:           "shorten the prompt or reuse a common prefix so the prefix cache serves it; check the prompt version",
+	BranchLongOutput:           "check max_tokens and the prompt; address the cause in the prompt, the kind of questions or the model before adding GPUs",
+	BranchGenerationContention: "compare against concurrent load on the GPU and the engine's step time; cap --max-num-seqs if the batch grows",
+	BranchRetrieval:            "check the retrieval pipeline: embedding model and index versions must match; re-embed or roll back",
+	BranchWrongLanguage:        "check the model, the prompt and the decoding settings; add a dedicated output rule",
+	BranchEngineCrash:          "servescope postmortem (reads the engine's log: running, KV, bytes requested)",
+}
+
+// Title is the hypothesis of branch id as docs/measurements.md words it.
+func Title(id string) string { return branchTitles[id] }
 
 func queueOverload(cur, base *Stats) Branch {
-	br := Branch{ID: BranchQueueOverload, Title: "Queue-dominated overload (\"it takes ages for the first word\", \"it hangs when lots of people use it\")"}
+	br := Branch{ID: BranchQueueOverload, Title: Title(BranchQueueOverload)}
 	q, w := cur.QueueMean, cur.WaitingMax
 	if q == nil && w == nil {
 		br.Status = StatusNoData
@@ -171,12 +250,15 @@ func queueOverload(cur, base *Stats) Branch {
 	if cur.RatePerSecond != nil {
 		br.Evidence = append(br.Evidence, "request rate "+vs(cur.RatePerSecond, base.RatePerSecond, perSec))
 	}
-	if r, ok := ratio(cur.RatePerSecond, base.RatePerSecond); ok && r >= RiseRatio {
+	switch rate := baseline.Compare(cur.RatePerSecond, base.RatePerSecond, RiseRatio, 0); {
+	case rate.Up():
 		br.NotRuledOut = "a loss of capacity (a slower engine, fewer replicas) on top of the extra load: these numbers cannot separate the two"
-	} else {
+	case !rate.Known():
+		br.NotRuledOut = "a loss of capacity rather than more load: there is no baseline arrival rate to tell the two apart, so check the engine's step time and replicas"
+	default:
 		br.NotRuledOut = "a loss of capacity rather than more load: the arrival rate did not rise, so check the engine's step time and replicas"
 	}
-	br.Action = "limit the load or add machines; watch waiting and queue wait over time"
+	br.Action = branchActions[BranchQueueOverload]
 	return br
 }
 
@@ -186,7 +268,7 @@ func queueOverload(cur, base *Stats) Branch {
 // every few seconds, can miss a cache that fills between samples; without a preemption count it
 // is all there is, and a near-full maximum is then a finding that says so.
 func kvPressure(cur, base *Stats, hasBase bool) Branch {
-	br := Branch{ID: BranchKVPressure, Title: "KV cache pressure (running requests preempted because no KV block was free)"}
+	br := Branch{ID: BranchKVPressure, Title: Title(BranchKVPressure)}
 	p, kv := cur.Preemptions, cur.KVMax
 	if p == nil && kv == nil {
 		br.Status = StatusNoData
@@ -234,16 +316,16 @@ func kvPressure(cur, base *Stats, hasBase bool) Branch {
 // least minRise tokens), or, without a baseline, reaches the absolute floor, which it then names
 // in the branch's evidence.
 func tokensRose(br *Branch, cur, base *float64, hasBase bool, minRise, floor float64) bool {
-	if hasBase && base != nil {
-		r, ok := ratio(cur, base)
-		return ok && r >= RiseRatio && *cur-*base >= minRise
+	c := baseline.Compare(cur, base, RiseRatio, minRise)
+	if hasBase && c.Known() {
+		return c.Up()
 	}
 	br.Evidence = append(br.Evidence, fmt.Sprintf("no baseline: absolute floor %s", tokens(floor)))
 	return *cur >= floor
 }
 
 func longPrompt(cur, base *Stats, hasBase bool) Branch {
-	br := Branch{ID: BranchLongPrompt, Title: "Long prompts (input tokens up, possibly hidden by the prefix cache)"}
+	br := Branch{ID: BranchLongPrompt, Title: Title(BranchLongPrompt)}
 	p := cur.PromptTokensMean
 	if p == nil {
 		br.Status = StatusNoData
@@ -264,6 +346,9 @@ func longPrompt(cur, base *Stats, hasBase bool) Branch {
 	if !up {
 		br.Status = StatusClear
 		br.Conclusion = "input tokens did not rise: prompts are not longer"
+		if !hasBase || base.PromptTokensMean == nil {
+			br.Conclusion = "input tokens are under the absolute floor (no baseline to compare with): prompts are not long"
+		}
 		return br
 	}
 	br.Status = StatusFinding
@@ -279,12 +364,12 @@ func longPrompt(cur, base *Stats, hasBase bool) Branch {
 	default:
 		br.NotRuledOut = "a change of input workload rather than of the prompt template: compare prompt_version between the windows"
 	}
-	br.Action = "shorten the prompt or reuse a common prefix so the prefix cache serves it; check the prompt version"
+	br.Action = branchActions[BranchLongPrompt]
 	return br
 }
 
 func longOutput(cur, base *Stats, hasBase bool) Branch {
-	br := Branch{ID: BranchLongOutput, Title: "Long outputs (\"answers take long\" but text appears immediately)"}
+	br := Branch{ID: BranchLongOutput, Title: Title(BranchLongOutput)}
 	o := cur.CompletionTokensMean
 	if o == nil {
 		br.Status = StatusNoData
@@ -309,6 +394,9 @@ func longOutput(cur, base *Stats, hasBase bool) Branch {
 	if !up {
 		br.Status = StatusClear
 		br.Conclusion = "output tokens did not rise: answers are not longer"
+		if !hasBase || base.CompletionTokensMean == nil {
+			br.Conclusion = "output tokens are under the absolute floor (no baseline to compare with): answers are not long"
+		}
 		return br
 	}
 	br.Status = StatusFinding
@@ -322,12 +410,12 @@ func longOutput(cur, base *Stats, hasBase bool) Branch {
 	} else {
 		br.NotRuledOut = "a change in the kind of questions (no prompt or model version change was recorded)"
 	}
-	br.Action = "check max_tokens and the prompt; address the cause in the prompt, the kind of questions or the model before adding GPUs"
+	br.Action = branchActions[BranchLongOutput]
 	return br
 }
 
 func generationContention(cur, base *Stats, hasBase bool) Branch {
-	br := Branch{ID: BranchGenerationContention, Title: "Generation contention (\"the text appears slowly\": TPOT up with output tokens unchanged)"}
+	br := Branch{ID: BranchGenerationContention, Title: Title(BranchGenerationContention)}
 	t := cur.TPOTMean
 	if t == nil {
 		br.Status = StatusNoData
@@ -340,8 +428,8 @@ func generationContention(cur, base *Stats, hasBase bool) Branch {
 		return br
 	}
 	if !hasBase || base.TPOTMean == nil {
-		br.Status = StatusNoData
-		br.Evidence = []string{"TPOT mean " + secs(*t)}
+		br.Status = StatusCannotTell
+		br.Evidence = []string{"TPOT mean " + secs(*t) + " (no baseline)"}
 		br.Conclusion = "no baseline TPOT to compare against (TPOT depends on the load; there is no absolute floor)"
 		return br
 	}
@@ -349,45 +437,65 @@ func generationContention(cur, base *Stats, hasBase bool) Branch {
 	if cur.TPOTP95 != nil {
 		br.Evidence = append(br.Evidence, "TPOT p95 "+vs(cur.TPOTP95, base.TPOTP95, secs))
 	}
-	r, _ := ratio(t, base.TPOTMean)
-	up := r >= RiseRatio && *t-*base.TPOTMean >= MinTPOTRiseS
-	outRatio, outKnown := ratio(cur.CompletionTokensMean, base.CompletionTokensMean)
-	unchanged := outKnown && outRatio <= UnchangedRatio && outRatio >= 1/UnchangedRatio
-	if outKnown {
+	tpot := baseline.Compare(t, base.TPOTMean, RiseRatio, MinTPOTRiseS)
+	// "Unchanged" output: within [1/UnchangedRatio, UnchangedRatio] of the baseline's.
+	out := baseline.Compare(cur.CompletionTokensMean, base.CompletionTokensMean, UnchangedRatio, 0)
+	if cur.CompletionTokensMean != nil {
 		br.Evidence = append(br.Evidence, "output tokens mean "+vs(cur.CompletionTokensMean, base.CompletionTokensMean, tokens))
 	}
+	running := baseline.Compare(cur.RunningMax, base.RunningMax, RiseRatio, 0)
 	if cur.RunningMax != nil {
 		br.Evidence = append(br.Evidence, "running max "+vs(cur.RunningMax, base.RunningMax, count))
 	}
 	switch {
-	case !up:
+	case !tpot.Up():
 		br.Status = StatusClear
 		br.Conclusion = "TPOT did not rise: the generation phase is not slower"
 		return br
-	case !outKnown:
-		br.Status = StatusClear
+	case out.Change == baseline.Unknown:
+		br.Status = StatusCannotTell
 		br.Conclusion = "TPOT rose, but output tokens were not recorded, so contention cannot be told from longer generation"
 		return br
-	case !unchanged:
+	case out.Change == baseline.NoBaseline:
+		br.Status = StatusCannotTell
+		br.Conclusion = "TPOT rose, but the baseline holds no output token counts, so contention cannot be told from longer generation"
+		return br
+	case out.Change != baseline.Unchanged:
 		br.Status = StatusClear
 		br.Conclusion = "TPOT rose together with the output length: a consequence of generating longer (more sequences held), not contention on its own"
 		return br
 	}
 	br.Status = StatusFinding
-	br.Conclusion = fmt.Sprintf("the generation phase is %.1f times slower per token for the same output length: resource contention in decoding", r)
-	if rr, ok := ratio(cur.RunningMax, base.RunningMax); ok && rr >= RiseRatio {
+	if tpot.Change == baseline.New {
+		br.Conclusion = "the generation phase takes time per token where the baseline's took none, for the same output length: resource contention in decoding"
+	} else {
+		br.Conclusion = fmt.Sprintf("the generation phase is %.1f times slower per token for the same output length: resource contention in decoding", tpot.Ratio)
+	}
+	switch {
+	case running.Up():
 		br.Conclusion += "; the running batch grew with it (batch too large)"
 		br.NotRuledOut = "a slower GPU step (throttling, a co-located workload) adding to the larger batch"
 		br.Action = "cap --max-num-seqs or add capacity (a large batch leaves the memory-bandwidth-bound regime: each step computes more)"
-	} else {
+	case running.Change == baseline.Unknown || running.Change == baseline.NoBaseline:
+		br.NotRuledOut = "a larger running batch: the running count has no baseline (or was not sampled), so whether the batch grew cannot be told"
+		br.Action = "compare the running count with a normal period and the GPU's concurrent load; cap --max-num-seqs if the batch grew"
+	default:
 		br.NotRuledOut = "contention from outside the batch (a co-located workload, GPU throttling): the running count did not grow"
-		br.Action = "compare against concurrent load on the GPU and the engine's step time; cap --max-num-seqs if the batch grows"
+		br.Action = branchActions[BranchGenerationContention]
 	}
 	return br
 }
 
+// The retrieval branch's conclusions that readByWindow combines: a range whose versions changed
+// while its median held, and a worst window in it where the score fell.
+const (
+	retrievalVersionsOnly               = "the retrieval versions changed; the median top score has not fallen (yet)"
+	retrievalFellWithVersion            = "the top passage score fell with a retrieval version change: an incompatible encoder or index"
+	retrievalFellWithVersionNotRuledOut = "that the questions changed at the same time"
+)
+
 func retrievalDrift(cur, base *Stats, hasBase bool) Branch {
-	br := Branch{ID: BranchRetrieval, Title: "Retrieval drift or version change (\"off-topic answers\", no errors)"}
+	br := Branch{ID: BranchRetrieval, Title: Title(BranchRetrieval)}
 	changed := versionChanges(cur, base, hasBase, "embedding_model_version", "index_version")
 	mixed := mixedVersions(cur, "embedding_model_version", "index_version")
 	if cur.RetrievalN == 0 && changed == "" && mixed == "" {
@@ -395,10 +503,13 @@ func retrievalDrift(cur, base *Stats, hasBase bool) Branch {
 		br.Conclusion = "no top-passage retrieval scores or retrieval versions were recorded (app.record)"
 		return br
 	}
-	drop := false
+	drop, noBase := false, cur.RetrievalTopP50 != nil && (!hasBase || base.RetrievalTopP50 == nil)
 	if cur.RetrievalTopP50 != nil {
 		br.Evidence = append(br.Evidence, fmt.Sprintf("top passage score p50 %s over %d records", vs(cur.RetrievalTopP50, base.RetrievalTopP50, score), cur.RetrievalN))
-		if hasBase && base.RetrievalTopP50 != nil {
+		if noBase {
+			br.Evidence = append(br.Evidence, fmt.Sprintf("no baseline scores: absolute floor %s", score(RetrievalFloorScore)))
+			drop = *cur.RetrievalTopP50 < RetrievalFloorScore
+		} else {
 			d := *base.RetrievalTopP50 - *cur.RetrievalTopP50
 			drop = d >= RetrievalDropAbs && *base.RetrievalTopP50 > 0 && d / *base.RetrievalTopP50 >= RetrievalDropRel
 		}
@@ -412,31 +523,36 @@ func retrievalDrift(cur, base *Stats, hasBase bool) Branch {
 	switch {
 	case drop && (changed != "" || mixed != ""):
 		br.Status = StatusFinding
-		br.Conclusion = "the top passage score fell with a retrieval version change: an incompatible encoder or index"
-		br.NotRuledOut = "that the questions changed at the same time"
+		br.Conclusion, br.NotRuledOut = retrievalFellWithVersion, retrievalFellWithVersionNotRuledOut
+	case drop && noBase:
+		br.Status = StatusFinding
+		br.Conclusion = "the median top passage score is under the absolute floor (no baseline scores to compare with): the retrieved passages do not match the questions"
+		br.NotRuledOut = "a corpus whose scores are low by nature: without a baseline the floor is a guess"
 	case drop:
 		br.Status = StatusFinding
 		br.Conclusion = "the top passage score fell with no recorded version change: the retrieval pipeline, index, corpus or question distribution changed"
 		br.NotRuledOut = "an unrecorded index or corpus change versus a change in the questions"
 	case changed != "" || mixed != "":
 		br.Status = StatusFinding
-		br.Conclusion = "the retrieval versions changed; the median top score has not fallen (yet)"
+		br.Conclusion = retrievalVersionsOnly
 		br.NotRuledOut = "a drift the median does not show yet: compare the score distributions, not only p50"
+	case noBase || cur.RetrievalTopP50 == nil:
+		// Without baseline scores (or versions) a median above the floor and no version change
+		// prove nothing: a drift from 0.88 to 0.5 would pass.
+		br.Status = StatusCannotTell
+		br.Conclusion = "no baseline scores to compare against: the median is above the absolute floor and no version changed, which does not rule a drift out"
+		return br
 	default:
 		br.Status = StatusClear
-		if !hasBase || base.RetrievalTopP50 == nil {
-			br.Conclusion = "no baseline scores to compare against and no version change"
-		} else {
-			br.Conclusion = "the top passage score held and the versions did not change"
-		}
+		br.Conclusion = "the top passage score held and the versions did not change"
 		return br
 	}
-	br.Action = "check the retrieval pipeline: embedding model and index versions must match; re-embed or roll back"
+	br.Action = branchActions[BranchRetrieval]
 	return br
 }
 
 func wrongLanguage(cur, base *Stats, hasBase bool) Branch {
-	br := Branch{ID: BranchWrongLanguage, Title: "Wrong-language output (\"answers mixed with Chinese\")"}
+	br := Branch{ID: BranchWrongLanguage, Title: Title(BranchWrongLanguage)}
 	s := cur.WrongScriptShare
 	if s == nil {
 		br.Status = StatusNoData
@@ -447,10 +563,15 @@ func wrongLanguage(cur, base *Stats, hasBase bool) Branch {
 	up := *s >= WrongScriptMinShare
 	if hasBase && base.WrongScriptShare != nil {
 		up = up && *s >= 2**base.WrongScriptShare+WrongScriptMinRise
+	} else {
+		br.Evidence = append(br.Evidence, "no baseline: absolute floor "+pct(WrongScriptMinShare))
 	}
 	if !up {
 		br.Status = StatusClear
 		br.Conclusion = "the share of wrong-script answers did not rise"
+		if !hasBase || base.WrongScriptShare == nil {
+			br.Conclusion = "the share of wrong-script answers is under the absolute floor (no baseline to compare with)"
+		}
 		return br
 	}
 	br.Status = StatusFinding
@@ -459,12 +580,12 @@ func wrongLanguage(cur, base *Stats, hasBase bool) Branch {
 		br.Evidence = append(br.Evidence, "new "+changed)
 	}
 	br.NotRuledOut = "legitimate foreign names or quotations: the check counts letters, not languages"
-	br.Action = "check the model, the prompt and the decoding settings; add a dedicated output rule"
+	br.Action = branchActions[BranchWrongLanguage]
 	return br
 }
 
 func engineCrash(cur, base *Stats, hasBase bool) Branch {
-	br := Branch{ID: BranchEngineCrash, Title: "Engine crash (\"the server threw 500 and then vanished\")"}
+	br := Branch{ID: BranchEngineCrash, Title: Title(BranchEngineCrash)}
 	if cur.Samples == 0 && cur.OOMLines == 0 && cur.ExceptionLines == 0 && cur.Share5xx == nil {
 		br.Status = StatusNoData
 		br.Conclusion = "no engine samples, engine log lines or request status codes were recorded"
@@ -529,8 +650,35 @@ func engineCrash(cur, base *Stats, hasBase bool) Branch {
 	if engine != "" && at != nil {
 		br.Action = fmt.Sprintf("servescope postmortem --engine %s --at %s", shellQuote(engine), at.UTC().Format("2006-01-02T15:04:05Z"))
 	} else {
-		br.Action = "servescope postmortem (reads the engine's log: running, KV, bytes requested)"
+		br.Action = branchActions[BranchEngineCrash]
 	}
+	return br
+}
+
+func unfinished(cur *Stats) Branch {
+	br := Branch{ID: BranchUnfinished, Title: Title(BranchUnfinished)}
+	if cur.Started == 0 {
+		br.Status = StatusNoData
+		br.Conclusion = "no request starts were recorded (the gateway's request.started)"
+		return br
+	}
+	share := float64(cur.Unfinished) / float64(cur.Started)
+	br.Evidence = append(br.Evidence, fmt.Sprintf("%d of %d requests that started were not answered by the window's end (%s; absolute floor %s and %d requests: a healthy system answers them all)",
+		cur.Unfinished, cur.Started, pct(share), pct(UnfinishedMinShare), UnfinishedMinCount))
+	if share < UnfinishedMinShare || cur.Unfinished < UnfinishedMinCount {
+		br.Status = StatusClear
+		br.Conclusion = "requests that start are answered"
+		return br
+	}
+	br.Status = StatusFinding
+	br.Conclusion = "requests start faster than they are answered: the system takes work it does not finish"
+	if cur.WaitingMax != nil && *cur.WaitingMax >= 1 {
+		br.Evidence = append(br.Evidence, "waiting max "+count(*cur.WaitingMax))
+		br.NotRuledOut = "a hung engine rather than a full one: requests also wait, so check the running count against max_num_seqs"
+	} else {
+		br.NotRuledOut = "an engine that hangs or a stream that stalls rather than a lack of capacity: nothing waits in the engine's queue"
+	}
+	br.Action = branchActions[BranchUnfinished]
 	return br
 }
 

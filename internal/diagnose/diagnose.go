@@ -5,6 +5,14 @@
 // them. Every conclusion names the numbers behind it and the alternative those numbers could not
 // rule out; no finding is a valid result.
 //
+// The baseline is internal/baseline's: the 24 h ending 1 h before the window starts, the
+// detector's. A range is read whole and again at the resolution of the detector's rules (each
+// branch on windows of its rule's length, windows.go), and the alerts the detector fired in it are
+// read first (alerts.go); a branch is clear only when the whole range, every window and its rule's
+// alerts agree. Complaints and Bearings (complaints.go) map the detector's rules to the complaint
+// pages and the branches, and Report.Verdict gives a complaint's verdict: the console's complaint
+// pages, `servescope diagnose --complaint` and scripts/demo all read it so.
+//
 // Sources: per-request quantities come from the gateway's `requests` rows, with the engine's own
 // timings filled from its spans and TTFT from arrival as `request_facts` gives them; without
 // gateway records, from the engine's spans alone. Both read the spans through the view
@@ -25,12 +33,15 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/servescope/servescope/internal/baseline"
 )
 
-// DefaultBaseline is how far before the window the baseline reaches when none is given: a normal
-// day of the same system, because the normal signature itself depends on prompt and answer
-// lengths (docs/measurements.md, What the detector's thresholds rest on).
-const DefaultBaseline = 24 * time.Hour
+// DefaultBaseline is the baseline's length when none is given: a normal day of the same system,
+// because the normal signature itself depends on prompt and answer lengths (docs/measurements.md,
+// What the detector's thresholds rest on). It ends baseline.Default.Offset before the window
+// starts (docs/concepts.md, The baseline).
+var DefaultBaseline = baseline.Default.Length
 
 // ErrNoData is wrapped by Run's error when the window holds no record in any table.
 var ErrNoData = errors.New("no data")
@@ -39,11 +50,19 @@ var ErrNoData = errors.New("no data")
 type Options struct {
 	// Window is the incident window.
 	Window Range
-	// Baseline is the normal period to compare with; the zero value means the DefaultBaseline
-	// immediately before the window.
+	// Baseline is the normal period to compare with; the zero value means baseline.Default's
+	// period of the window (the 24 h ending 1 h before it starts: the detector's).
 	Baseline Range
 	// Model keeps only requests of this model (empty: all models).
 	Model string
+	// RuleWindows are the windows of the detector's rules by rule name: each branch is also read
+	// at its rule's window (Resolution). Nil: every branch at DefaultResolution.
+	RuleWindows map[string]time.Duration
+	// NoAlerts leaves the alerts table unread (an account that may not read it).
+	NoAlerts bool
+	// BaselineRule says how a given Baseline was chosen, for the report (e.g. baseline.Spec's
+	// Describe); "given" when empty.
+	BaselineRule string
 }
 
 // Report is the result of a diagnosis: the quantities side by side and the branches walked.
@@ -55,8 +74,15 @@ type Report struct {
 	Current Stats `json:"window_stats"`
 	Base    Stats `json:"baseline_stats"`
 	// BaselineSource says how the baseline was read: BaselineLive, or BaselineHourly, when
-	// Baseline is the whole hours of the one asked for (WholeHours).
+	// Baseline is the whole hours of the one asked for (WholeHours). BaselineRule says how the
+	// baseline period was chosen ("the 24 h ending 1 h before the window starts", or "given").
 	BaselineSource string `json:"baseline_source"`
+	BaselineRule   string `json:"baseline_rule"`
+	// Alerts are the detector's alerts that were firing at some time in the window (under the
+	// model filter), first fired first.
+	Alerts []Alert `json:"alerts"`
+	// AlertsError says why the alerts could not be read ("" when they were).
+	AlertsError string `json:"alerts_error,omitempty"`
 	// HasBaseline is false when the baseline held no records; branches then fall back to the
 	// absolute floors documented with the thresholds.
 	HasBaseline bool `json:"has_baseline"`
@@ -93,19 +119,28 @@ func Run(ctx context.Context, conn driver.Conn, opts Options) (Report, error) {
 	if !opts.Window.To.After(opts.Window.From) {
 		return Report{}, fmt.Errorf("diagnose: window %s is empty or reversed", opts.Window)
 	}
+	rule := opts.BaselineRule
+	if rule == "" {
+		rule = "given"
+	}
 	if opts.Baseline.From.IsZero() && opts.Baseline.To.IsZero() {
-		opts.Baseline = Range{From: opts.Window.From.Add(-DefaultBaseline), To: opts.Window.From}
+		p := baseline.Default.Of(opts.Window.From, opts.Window.To)
+		opts.Baseline, rule = Range{From: p.From, To: p.To}, baseline.Default.Describe()
 	}
 	if !opts.Baseline.To.After(opts.Baseline.From) {
 		return Report{}, fmt.Errorf("diagnose: baseline %s is empty or reversed", opts.Baseline)
 	}
-	rep := Report{Window: opts.Window, Baseline: opts.Baseline, Model: opts.Model}
+	rep := Report{Window: opts.Window, Baseline: opts.Baseline, Model: opts.Model, BaselineRule: rule, Alerts: []Alert{}}
 	// The window and the baseline are read at the same time (the baseline's reads write only
 	// the report's baseline fields).
 	var err error
 	baseDone := make(chan error, 1)
 	go func() { baseDone <- rep.readBaseline(ctx, conn, opts) }()
 	rep.Current, err = collect(ctx, conn, opts.Window, opts.Model)
+	if err == nil {
+		err = rep.Current.readUnfinished(paramsWith(ctx, opts.Window, opts.Model, map[string]string{
+			"grace_us": fmt.Sprint(graceOf(opts.Window).Microseconds())}), conn)
+	}
 	baseErr := <-baseDone
 	if err != nil {
 		return rep, fmt.Errorf("read window %s: %w", opts.Window, err)
@@ -117,11 +152,26 @@ func Run(ctx context.Context, conn driver.Conn, opts Options) (Report, error) {
 		return rep, baseErr
 	}
 	rep.HasBaseline = !rep.Base.Empty()
-	rep.Rows = rows(&rep.Current, &rep.Base)
+	rep.Rows = rows(&rep.Current, &rep.Base, rep.HasBaseline)
 	if rep.Engines, err = readEngines(ctx, conn, opts.Window, opts.Baseline, opts.Model); err != nil {
 		return rep, fmt.Errorf("read window %s: %w", opts.Window, err)
 	}
 	rep.Branches = append(walk(&rep.Current, &rep.Base, rep.HasBaseline), engineBranches(rep.Engines)...)
+	if !opts.NoAlerts {
+		as, err := ReadAlerts(ctx, conn, opts.Window)
+		if err != nil {
+			rep.AlertsError = err.Error()
+		}
+		for _, a := range as {
+			// "all" is the label contract's model of an alert not about one model.
+			if m := a.Labels["model"]; opts.Model == "" || m == "" || m == scopeAll || m == opts.Model {
+				rep.Alerts = append(rep.Alerts, a)
+			}
+		}
+	}
+	if err := rep.readByWindow(ctx, conn, opts); err != nil {
+		return rep, err
+	}
 	rep.Findings = []string{}
 	for _, b := range rep.Branches {
 		if b.Status == StatusFinding {
@@ -133,13 +183,22 @@ func Run(ctx context.Context, conn driver.Conn, opts Options) (Report, error) {
 			name      string
 			cur, base *float64
 		}{{"E2E p95", rep.Current.E2EP95, rep.Base.E2EP95}, {"TTFT p95", rep.Current.TTFTP95, rep.Base.TTFTP95}} {
-			if r, ok := ratio(q.cur, q.base); ok && rep.HasBaseline && r >= RiseRatio {
+			if rep.HasBaseline && baseline.Compare(q.cur, q.base, RiseRatio, 0).Up() {
 				rep.Notes = append(rep.Notes, fmt.Sprintf("%s rose %s with none of the signatures above: look at what these quantities do not cover (the application's own steps, the network, the client)",
 					q.name, vs(q.cur, q.base, secs)))
 			}
 		}
 	}
 	return rep, nil
+}
+
+// ReadBaseline reads the quantities of the baseline period r under the model filter, as Run reads
+// a window's: read is the period as read (its whole hours, when read from diagnose_hourly) and
+// source BaselineLive or BaselineHourly. An empty Stats (Empty) means no baseline.
+func ReadBaseline(ctx context.Context, conn driver.Conn, r Range, model string) (s Stats, read Range, source string, err error) {
+	rep := Report{}
+	err = rep.readBaseline(ctx, conn, Options{Baseline: r, Model: model})
+	return rep.Base, rep.Baseline, rep.BaselineSource, err
 }
 
 // readBaseline reads the baseline: long (HourlyMinSpan) and large (HourlyMinRequests) ones as
@@ -164,7 +223,7 @@ func (rep *Report) readBaseline(ctx context.Context, conn driver.Conn, opts Opti
 	if rep.Base, err = collect(ctx, conn, opts.Baseline, opts.Model); err != nil {
 		return fmt.Errorf("read baseline %s: %w", opts.Baseline, err)
 	}
-	rep.BaselineSource = BaselineLive
+	rep.Baseline, rep.BaselineSource = opts.Baseline, BaselineLive
 	return nil
 }
 
@@ -195,6 +254,15 @@ type rowSpec struct {
 
 func u64(n uint64) *float64 { f := float64(n); return &f }
 
+// u64If is n when the count was observed at all (ok), else nil: a count of failed scrapes where
+// no scrape was made, or of log lines where no log was kept, is unknown, not 0.
+func u64If(n uint64, ok bool) *float64 {
+	if !ok {
+		return nil
+	}
+	return u64(n)
+}
+
 var rowSpecs = []rowSpec{
 	{"requests", "Requests", func(s *Stats) *float64 { return u64(s.Requests) }, count},
 	{"rate_per_s", "Request rate", func(s *Stats) *float64 { return s.RatePerSecond }, perSec},
@@ -218,20 +286,26 @@ var rowSpecs = []rowSpec{
 	{"waiting_max", "Waiting - maximum", func(s *Stats) *float64 { return s.WaitingMax }, count},
 	{"kv_cache_usage_max", "KV cache - maximum", func(s *Stats) *float64 { return s.KVMax }, pct},
 	{"preemptions", "Preemptions (KV cache ran out)", func(s *Stats) *float64 { return s.Preemptions }, count},
-	{"samples_down", "Failed scrapes (up = 0)", func(s *Stats) *float64 { return u64(s.SamplesDown) }, count},
+	{"samples_down", "Failed scrapes (up = 0)", func(s *Stats) *float64 { return u64If(s.SamplesDown, s.Samples > 0) }, count},
 	{"share_4xx", "Errors 4xx", func(s *Stats) *float64 { return s.Share4xx }, pct},
 	{"share_5xx", "Errors 5xx", func(s *Stats) *float64 { return s.Share5xx }, pct},
 	{"length_share", "Stops at max_tokens (`length`)", func(s *Stats) *float64 { return s.LengthShare }, pct},
 	{"retrieval_top_score_p50", "Top retrieval score (p50)", func(s *Stats) *float64 { return s.RetrievalTopP50 }, score},
 	{"wrong_script_share", "Answers in a wrong script", func(s *Stats) *float64 { return s.WrongScriptShare }, pct},
-	{"oom_lines", "Engine log out-of-memory lines", func(s *Stats) *float64 { return u64(s.OOMLines) }, count},
+	{"oom_lines", "Engine log out-of-memory lines", func(s *Stats) *float64 { return u64If(s.OOMLines, s.LogLines > 0) }, count},
 }
 
-func rows(cur, base *Stats) []Row {
+// NoBaselineText is what a quantity's baseline reads when the baseline holds none of it: never 0.
+const NoBaselineText = "no baseline"
+
+func rows(cur, base *Stats, hasBase bool) []Row {
 	out := make([]Row, 0, len(rowSpecs))
 	for _, sp := range rowSpecs {
 		w, b := sp.get(cur), sp.get(base)
-		r := Row{Key: sp.key, Label: sp.label, Window: w, Baseline: b, WindowText: "-", BaselineText: "-",
+		if !hasBase {
+			b = nil
+		}
+		r := Row{Key: sp.key, Label: sp.label, Window: w, Baseline: b, WindowText: "-", BaselineText: NoBaselineText,
 			Change: change(w, b, sp.f), Source: cur.Sources[sp.key]}
 		if w != nil {
 			r.WindowText = sp.f(*w)
@@ -244,10 +318,28 @@ func rows(cur, base *Stats) []Row {
 	return out
 }
 
-// Ranges resolves the command line's window and baseline at time now: either since > 0 (the
-// window is [now−since, now)) or from and to both set; baseline is the length of the period just
-// before the window (DefaultBaseline when 0).
-func Ranges(now time.Time, since time.Duration, from, to time.Time, baseline time.Duration) (Range, Range, error) {
+// Figures are the baseline's figures by quantity key (the rows' keys; nil: the baseline holds
+// none of it): what the console's panels draw as their baselines (internal/panels, {{figure}}),
+// so that a panel and the complaint table never show two numbers for one quantity.
+func (r *Report) Figures() map[string]*float64 { return BaselineFigures(&r.Base, r.HasBaseline) }
+
+// BaselineFigures are the figures of baseline quantities s (see Report.Figures).
+func BaselineFigures(s *Stats, hasBase bool) map[string]*float64 {
+	out := map[string]*float64{}
+	for _, sp := range rowSpecs {
+		if hasBase {
+			out[sp.key] = sp.get(s)
+		} else {
+			out[sp.key] = nil
+		}
+	}
+	return out
+}
+
+// Ranges resolves the command line's window and its baseline at time now: either since > 0 (the
+// window is [now−since, now)) or from and to both set; the baseline is spec's period of the window
+// (baseline.Default's for the zero spec).
+func Ranges(now time.Time, since time.Duration, from, to time.Time, spec baseline.Spec) (Range, Range, error) {
 	var w Range
 	switch {
 	case since > 0 && (!from.IsZero() || !to.IsZero()):
@@ -264,13 +356,11 @@ func Ranges(now time.Time, since time.Duration, from, to time.Time, baseline tim
 	if !w.To.After(w.From) {
 		return Range{}, Range{}, fmt.Errorf("window %s: --to must be after --from", w)
 	}
-	if baseline < 0 {
-		return Range{}, Range{}, fmt.Errorf("--baseline must be positive, got %s", baseline)
+	if spec.Length < 0 || spec.Offset < 0 || (spec != baseline.Spec{} && spec.Days == 0 && spec.Length == 0) {
+		return Range{}, Range{}, fmt.Errorf("the baseline's length must be positive and its offset not negative, got %s and %s", spec.Length, spec.Offset)
 	}
-	if baseline == 0 {
-		baseline = DefaultBaseline
-	}
-	return w, Range{From: w.From.Add(-baseline), To: w.From}, nil
+	p := spec.Of(w.From, w.To)
+	return w, Range{From: p.From, To: p.To}, nil
 }
 
 // timeLayouts are the forms ParseTime accepts; those without a zone are UTC.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/servescope/servescope/dev/testclock"
 	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/baseline"
 	"github.com/servescope/servescope/internal/diagnose"
 )
 
@@ -584,22 +585,26 @@ func TestRanges(t *testing.T) {
 	now := time.Date(2026, 9, 11, 16, 0, 0, 0, time.UTC)
 	from := time.Date(2026, 9, 11, 15, 53, 0, 0, time.UTC)
 	to := time.Date(2026, 9, 11, 15, 54, 0, 0, time.UTC)
+	hour := baseline.Spec{Length: time.Hour}
 	for _, tc := range []struct {
 		name     string
 		since    time.Duration
 		from, to time.Time
-		baseline time.Duration
+		baseline baseline.Spec
 		want     diagnose.Range
 		wantBase diagnose.Range
 		err      string
 	}{
-		{"since", 15 * time.Minute, time.Time{}, time.Time{}, 0, diagnose.Range{From: now.Add(-15 * time.Minute), To: now}, diagnose.Range{From: now.Add(-15*time.Minute - 24*time.Hour), To: now.Add(-15 * time.Minute)}, ""},
-		{"from to", 0, from, to, time.Hour, diagnose.Range{From: from, To: to}, diagnose.Range{From: from.Add(-time.Hour), To: from}, ""},
-		{"from only", 0, from, time.Time{}, time.Hour, diagnose.Range{From: from, To: now}, diagnose.Range{From: from.Add(-time.Hour), To: from}, ""},
-		{"both", time.Minute, from, to, 0, diagnose.Range{}, diagnose.Range{}, "not both"},
-		{"none", 0, time.Time{}, time.Time{}, 0, diagnose.Range{}, diagnose.Range{}, "give the window"},
-		{"reversed", 0, to, from, 0, diagnose.Range{}, diagnose.Range{}, "--to must be after --from"},
-		{"negative baseline", time.Minute, time.Time{}, time.Time{}, -time.Hour, diagnose.Range{}, diagnose.Range{}, "--baseline"},
+		// The default: the 24 h ending 1 h before the window starts (the detector's baseline).
+		{"since", 15 * time.Minute, time.Time{}, time.Time{}, baseline.Spec{}, diagnose.Range{From: now.Add(-15 * time.Minute), To: now}, diagnose.Range{From: now.Add(-15*time.Minute - 25*time.Hour), To: now.Add(-75 * time.Minute)}, ""},
+		{"from to", 0, from, to, hour, diagnose.Range{From: from, To: to}, diagnose.Range{From: from.Add(-time.Hour), To: from}, ""},
+		{"from only", 0, from, time.Time{}, hour, diagnose.Range{From: from, To: now}, diagnose.Range{From: from.Add(-time.Hour), To: from}, ""},
+		{"offset", 0, from, to, baseline.Spec{Length: time.Hour, Offset: 30 * time.Minute}, diagnose.Range{From: from, To: to}, diagnose.Range{From: from.Add(-90 * time.Minute), To: from.Add(-30 * time.Minute)}, ""},
+		{"both", time.Minute, from, to, baseline.Spec{}, diagnose.Range{}, diagnose.Range{}, "not both"},
+		{"none", 0, time.Time{}, time.Time{}, baseline.Spec{}, diagnose.Range{}, diagnose.Range{}, "give the window"},
+		{"reversed", 0, to, from, baseline.Spec{}, diagnose.Range{}, diagnose.Range{}, "--to must be after --from"},
+		{"negative baseline", time.Minute, time.Time{}, time.Time{}, baseline.Spec{Length: -time.Hour}, diagnose.Range{}, diagnose.Range{}, "length must be positive"},
+		{"negative offset", time.Minute, time.Time{}, time.Time{}, baseline.Spec{Length: time.Hour, Offset: -time.Hour}, diagnose.Range{}, diagnose.Range{}, "offset not negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w, b, err := diagnose.Ranges(now, tc.since, tc.from, tc.to, tc.baseline)

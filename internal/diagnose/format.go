@@ -31,14 +31,19 @@ func vs(cur, base *float64, f func(float64) string) string {
 	return out
 }
 
-// change renders how cur differs from base: a ratio "×9.2" when the baseline is positive and the
-// quantity is not a share, a difference otherwise, "=" when equal at the printed precision.
+// change renders how cur differs from base: "new" when the baseline's is 0 and the window's is
+// not (no ratio says a rise from nothing), a ratio "×9.2" when the baseline is positive and the
+// quantity is not a share, a difference otherwise, "=" when equal at the printed precision; ""
+// when either is missing.
 func change(cur, base *float64, f func(float64) string) string {
 	if cur == nil || base == nil {
 		return ""
 	}
 	if f(*cur) == f(*base) {
 		return "="
+	}
+	if *base == 0 && *cur > 0 {
+		return "new"
 	}
 	if isShare(f) {
 		return fmt.Sprintf("%+.1f pts", 100*(*cur-*base))

@@ -12,6 +12,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/servescope/servescope/internal/baseline"
 	"github.com/servescope/servescope/internal/chstore"
 )
 
@@ -269,10 +270,10 @@ func quantileAt(q []float32, i int) *float64 {
 // warmLag is how long after an hour's end Warm first computes it.
 const warmLag = 5 * time.Minute
 
-// DefaultWarmBaseline is how far back Warm keeps diagnose_hourly: the default 24 h baseline of
-// any window of up to 24 h ending now (`servescope diagnose --since D`, the console's ranges up
-// to 24h), whole hours.
-const DefaultWarmBaseline = 2*DefaultBaseline + time.Hour
+// DefaultWarmBaseline is how far back Warm keeps diagnose_hourly: the default baseline (24 h
+// ending 1 h before the window starts) of any window of up to 24 h ending now (`servescope
+// diagnose --since D`, the console's ranges up to 24h), whole hours.
+var DefaultWarmBaseline = 24*time.Hour + baseline.Default.Offset + baseline.Default.Length
 
 // WarmRange is the whole hours Warm keeps at now for span.
 func WarmRange(now time.Time, span time.Duration) Range {

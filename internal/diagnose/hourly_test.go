@@ -109,7 +109,7 @@ func TestHourlyBaseline(t *testing.T) {
 	if err := rep.WriteText(&out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "(whole hours, from diagnose_hourly)") || !s.CountsByHour ||
+	if !strings.Contains(out.String(), "its whole hours, merged from diagnose_hourly") || !s.CountsByHour ||
 		!strings.Contains(out.String(), "baseline m (≈120000)") || !strings.Contains(out.String(), "≈: the baseline's counts are summed over its hours") {
 		t.Errorf("the text does not say where the baseline came from, or does not mark its counts summed by hour (counts_by_hour %v):\n%s", s.CountsByHour, out.String())
 	}

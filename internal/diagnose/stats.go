@@ -25,9 +25,16 @@ var sqlFiles embed.FS
 // aggregate the same rows (the *_rows.sql files). Parsed once, like a regexp: fixed text.
 var queries = template.Must(template.New("").ParseFS(sqlFiles, "sql/*.sql"))
 
-func query(name string) string {
+func query(name string) string { return queryWith(name, false) }
+
+// queryWith is the query name, per window of the range (window_key.sql) when windowed.
+func queryWith(name string, windowed bool) string {
 	var b strings.Builder
-	if err := queries.ExecuteTemplate(&b, name+".sql", nil); err != nil {
+	var dot any
+	if windowed {
+		dot = true
+	}
+	if err := queries.ExecuteTemplate(&b, name+".sql", dot); err != nil {
 		// The files are embedded at build time; a missing one is a build defect, not a run-time condition.
 		panic(fmt.Sprintf("diagnose: embedded query %s: %v", name, err))
 	}
@@ -153,8 +160,16 @@ type Stats struct {
 	// engineRequests is the engine's request count, Requests when no gateway record has one.
 	scriptFactor, versionsFactor, engineRequests uint64
 
-	// OOMLines and ExceptionLines count the engine log's out-of-memory and exception lines; the
-	// latest of them was at LastErrorTS on LastErrorEngine.
+	// Started counts the requests that started in the range (requests_started) before its last
+	// grace (UnfinishedGrace, or half a short range), Unfinished those of them not answered by the
+	// range's end. Read for the window only: the unfinished branch has absolute thresholds.
+	Started    uint64 `json:"started,omitempty"`
+	Unfinished uint64 `json:"unfinished,omitempty"`
+
+	// LogLines counts the engine log's lines (0: no log was kept for the range); OOMLines and
+	// ExceptionLines its out-of-memory and exception lines, the latest of them at LastErrorTS on
+	// LastErrorEngine.
+	LogLines        uint64     `json:"log_lines"`
 	OOMLines        uint64     `json:"oom_lines"`
 	ExceptionLines  uint64     `json:"exception_lines"`
 	LastErrorTS     *time.Time `json:"last_error_ts,omitempty"`
@@ -202,11 +217,20 @@ const (
 )
 
 func params(ctx context.Context, r Range, model string) context.Context {
-	return chstore.WithParams(ctx, map[string]string{
+	return paramsWith(ctx, r, model, nil)
+}
+
+// paramsWith is params with more parameters (a context holds one set: the last one given wins).
+func paramsWith(ctx context.Context, r Range, model string, more map[string]string) context.Context {
+	p := map[string]string{
 		"from_us": fmt.Sprint(r.From.UnixMicro()),
 		"to_us":   fmt.Sprint(r.To.UnixMicro()),
 		"model":   chstore.StringParam(model),
-	})
+	}
+	for k, v := range more {
+		p[k] = v
+	}
+	return chstore.WithParams(ctx, p)
 }
 
 // collect reads every quantity of the range from ClickHouse.
@@ -437,17 +461,29 @@ func arrayParam(names []string) string {
 }
 
 func (s *Stats) readSamples(ctx context.Context, conn driver.Conn) error {
-	var engines uint64
-	var firstDown time.Time
-	if err := conn.QueryRow(ctx, query("samples")).Scan(&s.Samples, &s.SamplesDown, &engines,
-		&s.RunningMax, &s.WaitingMax, &s.KVMax, &firstDown, &s.DownEngine); err != nil {
+	var sc sampleScan
+	if err := conn.QueryRow(ctx, query("samples")).Scan(sc.dest(s)...); err != nil {
 		return fmt.Errorf("read engine quantities from engine_samples: %w", err)
 	}
+	sc.done(s)
+	return nil
+}
+
+// sampleScan holds the columns of samples.sql that are not Stats fields as they come.
+type sampleScan struct {
+	engines   uint64
+	firstDown time.Time
+}
+
+func (sc *sampleScan) dest(s *Stats) []any {
+	return []any{&s.Samples, &s.SamplesDown, &sc.engines, &s.RunningMax, &s.WaitingMax, &s.KVMax, &sc.firstDown, &s.DownEngine}
+}
+
+func (sc *sampleScan) done(s *Stats) {
 	if s.SamplesDown > 0 {
-		fd := firstDown.UTC()
+		fd := sc.firstDown.UTC()
 		s.FirstDown = &fd
 	}
-	return nil
 }
 
 // readPreemptions reads the range's preemptions: the engines' counter, else the log's stats lines
@@ -521,13 +557,22 @@ func (s *Stats) readRetrieval(ctx context.Context, conn driver.Conn) error {
 }
 
 func (s *Stats) readScript(ctx context.Context, conn driver.Conn) error {
-	var checked, violations, factor uint64
-	if err := conn.QueryRow(ctx, query("script")).Scan(&checked, &violations, &factor); err != nil {
+	var sc scriptScan
+	if err := conn.QueryRow(ctx, query("script")).Scan(sc.dest()...); err != nil {
 		return fmt.Errorf("read output script checks from requests and app_records: %w", err)
 	}
-	s.setScript(checked, violations)
-	s.scriptFactor = factor
+	sc.done(s)
 	return nil
+}
+
+// scriptScan holds script.sql's columns.
+type scriptScan struct{ checked, violations, factor uint64 }
+
+func (sc *scriptScan) dest() []any { return []any{&sc.checked, &sc.violations, &sc.factor} }
+
+func (sc *scriptScan) done(s *Stats) {
+	s.setScript(sc.checked, sc.violations)
+	s.scriptFactor = sc.factor
 }
 
 // setScript records the output script checks: checked answers and the violations among them.
@@ -578,17 +623,41 @@ func (s *Stats) addVersion(kind, value string, n uint64) {
 	s.Versions[kind][value] += n
 }
 
-func (s *Stats) readCrash(ctx context.Context, conn driver.Conn) error {
-	var last time.Time
-	if err := conn.QueryRow(ctx, query("crash")).Scan(&s.OOMLines, &s.ExceptionLines, &last,
-		&s.LastErrorEngine, &s.LastException, &s.LastOOMBytes); err != nil {
-		return fmt.Errorf("read errors from engine_logs: %w", err)
-	}
-	if s.OOMLines+s.ExceptionLines > 0 {
-		l := last.UTC()
-		s.LastErrorTS = &l
+// readUnfinished reads Started and Unfinished; ctx holds params(r) and grace_us.
+func (s *Stats) readUnfinished(ctx context.Context, conn driver.Conn) error {
+	if err := conn.QueryRow(ctx, query("unfinished")).Scan(&s.Started, &s.Unfinished); err != nil {
+		return fmt.Errorf("read unfinished requests from requests_started and requests: %w", err)
 	}
 	return nil
+}
+
+// UnfinishedGrace is how long a request may run before it counts as unfinished at a window's
+// end (or half the window, when shorter): the long-output workload's 26.6 s E2E is well inside.
+const UnfinishedGrace = time.Minute
+
+func graceOf(r Range) time.Duration { return min(UnfinishedGrace, r.To.Sub(r.From)/2) }
+
+func (s *Stats) readCrash(ctx context.Context, conn driver.Conn) error {
+	var sc crashScan
+	if err := conn.QueryRow(ctx, query("crash")).Scan(sc.dest(s)...); err != nil {
+		return fmt.Errorf("read errors from engine_logs: %w", err)
+	}
+	sc.done(s)
+	return nil
+}
+
+// crashScan holds the columns of crash.sql that are not Stats fields as they come.
+type crashScan struct{ last time.Time }
+
+func (sc *crashScan) dest(s *Stats) []any {
+	return []any{&s.LogLines, &s.OOMLines, &s.ExceptionLines, &sc.last, &s.LastErrorEngine, &s.LastException, &s.LastOOMBytes}
+}
+
+func (sc *crashScan) done(s *Stats) {
+	if s.OOMLines+s.ExceptionLines > 0 {
+		l := sc.last.UTC()
+		s.LastErrorTS = &l
+	}
 }
 
 // sortedValues returns the values of one version kind, most requests first.

@@ -37,11 +37,18 @@
 //	{{ends}}               [from, to], for ARRAY JOIN
 //	{{filter "col" "var"}} col = the model/app/engine filter, or true when it is empty
 //	{{param "name"}}       the watching rule's parameter         Grafana: its value, written in
-//	{{baseline "col"}}     col in the rule's baseline period, evaluated at the range's end, as the
-//	                       detector's {{baseline}} macro does at its evaluation time
+//	{{baseline "col"}}     col in the range's baseline period (internal/baseline: the 24 h ending
+//	                       1 h before the range starts), the period diagnose and the complaint
+//	                       pages compare the same range with
 //	{{baseline_s}}         the baseline's length in seconds
+//	{{figure "key" "expr"}}  a baseline figure that the complaint pages' table also shows (key is
+//	                       its diagnose quantity, e.g. ttft_s_p95): in the console diagnose's own
+//	                       figure for the range's baseline (NULL when it has none), so that a panel
+//	                       and the table never show two numbers for one quantity; in Grafana, and
+//	                       in the console under an app or engine filter (diagnose reads all apps
+//	                       and engines), the SQL expression expr over the baseline rows
 //	{{baseline_from}}, {{baseline_to}}  the baseline period's ends, for a parameterized view's
-//	                       range (the period {{baseline}} selects, evaluated at the range's end)
+//	                       range (the period {{baseline}} selects)
 //	{{step_s}}             the length of an interval in seconds      Grafana: $__interval_s
 //
 // In the console every value is a query parameter ({from:DateTime64(6, 'UTC')}, {f_model:String},
@@ -63,6 +70,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/servescope/servescope/internal/baseline"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/services/detector/rules"
 )
@@ -111,6 +119,8 @@ type Panel struct {
 	RuleDef *rules.Definition
 	// AlertWhenText is alert_when rendered with the rule's values.
 	AlertWhenText string
+	// figures are the keys of its {{figure}} macros, in order of appearance.
+	figures []string
 }
 
 // Kind selects one of a panel's queries.
@@ -147,10 +157,6 @@ var (
 	identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]*$`)
 	units   = map[string]bool{"s": true, "requests": true, "share": true, "score": true, "tokens": true, "tokens_per_s": true, "requests_per_s": true, "ratio": true, "usd": true}
 )
-
-// defaultBaseline is the detector's default (rules.Baseline's documented defaults) for panels that
-// no rule watches.
-var defaultBaseline = rules.Baseline{Length: rules.Duration(24 * time.Hour), Offset: rules.Duration(time.Hour)}
 
 // Load reads every *.yaml file directly in dir of fsys, sorted by name (the console's order), and
 // binds each to its rule among defs.
@@ -256,7 +262,11 @@ func (p *Panel) bind(rulesByName map[string]*rules.Definition) error {
 	}
 	for _, k := range []Kind{SeriesQuery, BaselineQuery, MarksQuery} {
 		for _, t := range []Target{Console, Grafana} {
-			if _, err := p.SQL(k, t); err != nil {
+			if _, err := p.render(k, t, func(key string) {
+				if !contains(p.figures, key) {
+					p.figures = append(p.figures, key)
+				}
+			}); err != nil {
 				return err
 			}
 		}
@@ -288,13 +298,6 @@ func (p *Panel) Window() time.Duration {
 		return 0
 	}
 	return p.RuleDef.Window.D()
-}
-
-func (p *Panel) baseline() rules.Baseline {
-	if p.RuleDef == nil {
-		return defaultBaseline
-	}
-	return p.RuleDef.Baseline
 }
 
 func (p *Panel) renderAlertWhen() (string, error) {
@@ -366,12 +369,18 @@ const (
 	chFrom = "{from:DateTime64(6, 'UTC')}"
 	chTo   = "{to:DateTime64(6, 'UTC')}"
 	chStep = "{step_s:UInt32}"
+	// The range's baseline period, bound from Request.Baseline.
+	chBaseFrom = "{b_from:DateTime64(6, 'UTC')}"
+	chBaseTo   = "{b_to:DateTime64(6, 'UTC')}"
 )
 
 // SQL renders the panel's query of kind k for target t. The console's SQL refers only to query
 // parameters (see Params); Grafana's to the data source's macros, the dashboard variables model,
 // app and engine, and the rule's parameter values.
-func (p *Panel) SQL(k Kind, t Target) (string, error) {
+func (p *Panel) SQL(k Kind, t Target) (string, error) { return p.render(k, t, nil) }
+
+// render is SQL, calling figure with the key of each {{figure}} macro it expands.
+func (p *Panel) render(k Kind, t Target, figure func(key string)) (string, error) {
 	text := p.text(k)
 	if strings.TrimSpace(text) == "" {
 		return "", nil
@@ -382,7 +391,7 @@ func (p *Panel) SQL(k Kind, t Target) (string, error) {
 		}
 		return nil
 	}
-	b := p.baseline()
+	b := baseline.Default
 	funcs := template.FuncMap{
 		"from": func() string { return pick(t, chFrom, "$__fromTime") },
 		"to":   func() string { return pick(t, chTo, "$__toTime") },
@@ -446,22 +455,40 @@ func (p *Panel) SQL(k Kind, t Target) (string, error) {
 			if err := col(c); err != nil {
 				return "", err
 			}
-			to := pick(t, chTo, "$__toTime")
-			start, end := baselineOffsets(b)
-			s := fmt.Sprintf("(%[1]s > %[2]s - INTERVAL %[3]d SECOND AND %[1]s <= %[2]s - INTERVAL %[4]d SECOND", c, to, start, end)
-			if b.Days > 0 {
-				s += fmt.Sprintf(" AND modulo(dateDiff('second', %s, %s), 86400) <= %d", c, to, int64(b.Slice.D()/time.Second))
+			if t == Grafana {
+				// The same period as the console's, from the dashboard's range start.
+				end := int64(b.Offset / time.Second)
+				return fmt.Sprintf("(%[1]s >= $__fromTime - INTERVAL %[2]d SECOND AND %[1]s < $__fromTime - INTERVAL %[3]d SECOND)",
+					c, end+int64(b.Length/time.Second), end), nil
 			}
-			return s + ")", nil
+			return fmt.Sprintf("(%[1]s >= %[2]s AND %[1]s < %[3]s)", c, chBaseFrom, chBaseTo), nil
 		},
-		"baseline_s": func() string { return strconv.FormatInt(baselineSeconds(b), 10) },
+		"baseline_s": func() string { return strconv.FormatInt(int64(b.Length/time.Second), 10) },
+		"figure": func(key, expr string) (string, error) {
+			if !nameRE.MatchString(key) {
+				return "", fmt.Errorf("panel %s: figure %q: want a quantity key (lower case, digits, '_')", p.Name, key)
+			}
+			if figure != nil {
+				figure(key)
+			}
+			if t == Grafana {
+				return "(" + expr + ")", nil
+			}
+			// "+ 0 * count()" keeps the column an aggregate when ClickHouse folds the constant
+			// condition: `if(1, const, avg(x))` alone is `const`, a column of every row, not one.
+			return fmt.Sprintf("(if({figures:UInt8} = 1, {bf_%s:Nullable(Float64)}, (%s)) + 0 * count())", key, expr), nil
+		},
 		"baseline_from": func() string {
-			start, _ := baselineOffsets(b)
-			return fmt.Sprintf("(%s - INTERVAL %d SECOND)", pick(t, chTo, "$__toTime"), start)
+			if t == Grafana {
+				return fmt.Sprintf("($__fromTime - INTERVAL %d SECOND)", int64((b.Offset+b.Length)/time.Second))
+			}
+			return chBaseFrom
 		},
 		"baseline_to": func() string {
-			_, end := baselineOffsets(b)
-			return fmt.Sprintf("(%s - INTERVAL %d SECOND)", pick(t, chTo, "$__toTime"), end)
+			if t == Grafana {
+				return fmt.Sprintf("($__fromTime - INTERVAL %d SECOND)", int64(b.Offset/time.Second))
+			}
+			return chBaseTo
 		},
 		"step_s": func() string { return pick(t, chStep, "$__interval_s") },
 	}
@@ -476,27 +503,8 @@ func (p *Panel) SQL(k Kind, t Target) (string, error) {
 	return buf.String(), nil
 }
 
-// baselineOffsets are the baseline's start and end as seconds before the evaluation time, as the
-// detector computes them (services/detector/rules: SQLRule.Params).
-func baselineOffsets(b rules.Baseline) (start, end int64) {
-	if b.Days > 0 {
-		return int64((time.Duration(b.Days)*24*time.Hour + b.Slice.D()) / time.Second), int64(24 * time.Hour / time.Second)
-	}
-	return int64((b.Offset.D() + b.Length.D()) / time.Second), int64(b.Offset.D() / time.Second)
-}
-
-func baselineSeconds(b rules.Baseline) int64 {
-	if b.Days > 0 {
-		return int64(b.Days) * int64(b.Slice.D()/time.Second)
-	}
-	return int64(b.Length.D() / time.Second)
-}
-
-// BaselineRange is the baseline period of a range ending at to.
-func (p *Panel) BaselineRange(to time.Time) (from, until time.Time) {
-	s, e := baselineOffsets(p.baseline())
-	return to.Add(-time.Duration(s) * time.Second), to.Add(-time.Duration(e) * time.Second)
-}
+// Figures are the keys of the baseline figures the panel's queries take from diagnose ({{figure}}).
+func (p *Panel) Figures() []string { return p.figures }
 
 func pick(t Target, console, grafana string) string {
 	if t == Grafana {
@@ -552,19 +560,47 @@ type Request struct {
 	Step time.Duration
 	// Filters maps model, app and engine to a value ("" or absent: all).
 	Filters map[string]string
+	// Baseline is the range's baseline period; the zero value is baseline.Default's.
+	Baseline baseline.Period
+	// Figures, when not nil, are diagnose's baseline figures for Baseline under the model
+	// filter, by quantity key (nil value: the baseline holds none of it); {{figure}} draws them.
+	// Nil: the SQL expressions of {{figure}} are used instead.
+	Figures map[string]*float64
+}
+
+// BaselinePeriod is r.Baseline, or baseline.Default's period of r's range when it is unset.
+func (r Request) BaselinePeriod() baseline.Period {
+	if r.Baseline.To.IsZero() {
+		return baseline.Default.Of(r.From, r.To)
+	}
+	return r.Baseline
 }
 
 // Params are the ClickHouse query parameters of the console's SQL for r: the range, the step,
-// every filter (f_model, f_app, f_engine) and every rule parameter (p_<name>).
+// its baseline period (b_from, b_to), every filter (f_model, f_app, f_engine), every rule
+// parameter (p_<name>) and the baseline figures (figures, bf_<key>).
 func (p *Panel) Params(r Request) map[string]string {
 	step := int64(r.Step / time.Second)
 	if step < 1 {
 		step = 1
 	}
+	b := r.BaselinePeriod()
 	out := map[string]string{
 		"from":   chTime(r.From),
 		"to":     chTime(r.To),
 		"step_s": strconv.FormatInt(step, 10),
+		"b_from": chTime(b.From),
+		"b_to":   chTime(b.To),
+	}
+	out["figures"] = "0"
+	if r.Figures != nil {
+		out["figures"] = "1"
+	}
+	for _, key := range p.figures {
+		out["bf_"+key] = `\N`
+		if v := r.Figures[key]; v != nil && !math.IsNaN(*v) && !math.IsInf(*v, 0) {
+			out["bf_"+key] = strconv.FormatFloat(*v, 'g', -1, 64)
+		}
 	}
 	for _, f := range Filters {
 		out["f_"+f] = chstore.StringParam(r.Filters[f])

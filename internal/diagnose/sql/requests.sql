@@ -14,8 +14,12 @@
 -- same weight, and on shards the rows are split by request_id, so each shard's sample is a
 -- uniform one of the same population. Below the bound every figure is over every request.
 -- sampled is the sample's row count (0: no gateway record, read the spans); the exact request
--- count is status.sql's total, which reads requests alone.
+-- count is status.sql's total, which reads requests alone. Executed with a true dot, the same
+-- per window of the range (window_key.sql).
 SELECT
+{{- if .}}
+    {{template "window_key.sql" "arrival_ts"}}                            AS k,
+{{- end}}
     count()                                                                   AS sampled,
     avgWeightedOrNull(prompt_tokens, w)                                       AS prompt_tokens_mean,
     avgWeightedOrNull(completion_tokens, w)                                   AS completion_tokens_mean,
@@ -37,3 +41,6 @@ SELECT
     sumIf(w, finish_reason = 'length') / nullIf(sumIf(w, finish_reason != ''), 0) AS length_share,
     avgWeightedOrNull(max_tokens, w)                                          AS max_tokens_mean
 FROM ({{template "timing_rows.sql"}})
+{{- if .}}
+GROUP BY k
+{{- end}}

@@ -4,6 +4,9 @@
 -- running), as kv_cache_pressure reads it: a cache full with nothing running is not pressure but
 -- kv_cache_stuck's fault (engines.sql), and must not read as both.
 SELECT
+{{- if .}}
+    {{template "window_key.sql" "ts"}}  AS k,
+{{- end}}
     count()                                     AS samples,
     countIf(NOT up)                             AS samples_down,
     uniqExact(engine)                           AS engines,
@@ -16,3 +19,6 @@ FROM engine_samples FINAL
 WHERE ts >= fromUnixTimestamp64Micro({from_us:Int64}, 'UTC')
   AND ts < fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')
   AND ({model:String} = '' OR model = {model:String} OR NOT up)
+{{- if .}}
+GROUP BY k
+{{- end}}

@@ -13,7 +13,8 @@ SELECT
     coalesce(t.e2e_s, t.engine_e2e_s)                                     AS e2e_s,
     t.finish_reason                                                       AS finish_reason,
     t.max_tokens                                                          AS max_tokens,
-    t.sample_factor                                                       AS w
+    t.sample_factor                                                       AS w,
+    t.arrival_ts                                                          AS arrival_ts
 FROM request_timings_sampled(from = fromUnixTimestamp64Micro({from_us:Int64}, 'UTC'),
                              to = fromUnixTimestamp64Micro({to_us:Int64}, 'UTC')) AS t
 WHERE {model:String} = '' OR t.model = {model:String}

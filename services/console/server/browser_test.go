@@ -11,6 +11,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -141,6 +144,26 @@ func (b *browser) shot(t *testing.T, name string) {
 	}
 	p := filepath.Join(screenshotDir(t), name+".jpg")
 	if err := os.WriteFile(p, jpg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", p)
+}
+
+// pngShot saves a PNG of the whole page, or of the element sel when it is not empty.
+func (b *browser) pngShot(t *testing.T, name, sel string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	action := chromedp.FullScreenshot(100)
+	if sel != "" {
+		action = chromedp.Screenshot(sel)
+	}
+	png, err := chromedp.Run(ctx, action)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(screenshotDir(t), name+".png")
+	if err := os.WriteFile(p, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", p)
@@ -312,16 +335,23 @@ func TestConsoleInBrowser(t *testing.T) {
 				}
 			}
 			if c.ID == "first-word" {
-				// The reading says which window it compared with which baseline (the day before).
+				// The reading says which window it compared with which baseline: the detector's,
+				// the 24 h ending 1 h before the window starts.
 				ranges := eval[string](t, b, `document.querySelector('#ranges').textContent`)
 				stamp := func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") }
 				for _, want := range []string{
 					"window " + stamp(data.overloadFrom) + " → " + stamp(data.overloadTo),
-					"baseline " + stamp(data.overloadFrom.Add(-24*time.Hour)) + " → " + stamp(data.overloadFrom),
+					"baseline " + stamp(data.overloadFrom.Add(-25*time.Hour)) + " → " + stamp(data.overloadFrom.Add(-time.Hour)),
+					"the 24h ending 1h before the window starts",
 				} {
 					if !strings.Contains(ranges, want) {
 						t.Errorf("complaint %s: ranges %q, want %q in it", c.ID, ranges, want)
 					}
+				}
+				// The overload_queue alert fired inside the window: the verdict names it first.
+				named := eval[[]string](t, b, `Array.from(document.querySelectorAll('#symptom-alerts [data-rule]')).map(e => e.dataset.rule)`)
+				if status := eval[string](t, b, `document.getElementById('verdict').dataset.status`); status != "finding" || !slices.Contains(named, "overload_queue") {
+					t.Errorf("complaint %s: verdict %s naming %v, want a finding naming overload_queue", c.ID, status, named)
 				}
 			}
 			wantFinding := map[string]string{"first-word": "queue_overload", "hangs": "queue_overload", "off-topic": "retrieval_drift",
@@ -337,6 +367,54 @@ func TestConsoleInBrowser(t *testing.T) {
 			}
 			if c.ID == "first-word" || c.ID == "off-topic" {
 				b.shot(t, "complaint-"+c.ID)
+			}
+		}
+		if errs := b.errors(); len(errs) > 0 {
+			t.Errorf("browser errors on the complaint pages:\n%s", strings.Join(errs, "\n"))
+		}
+	})
+
+	// Every complaint page over the last hour names every alert that fired in it: those on its
+	// symptom first, the others after; the panels mark them on their time axis, and their badges
+	// say what happened in the range.
+	t.Run("last hour", func(t *testing.T) {
+		var fired []string
+		rows, err := conn.Query(context.Background(), `SELECT DISTINCT rule FROM alerts WHERE state = 'firing' ORDER BY rule`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var r string
+			if err := rows.Scan(&r); err != nil {
+				t.Fatal(err)
+			}
+			fired = append(fired, r)
+		}
+		rows.Close()
+		if len(fired) < 2 {
+			t.Fatalf("the seed fired %v, want at least two rules", fired)
+		}
+		for _, c := range Complaints {
+			b.do(t, chromedp.Navigate(srv.URL+"/complaint/"+c.ID+"?range=1h"), waitLoaded())
+			named := eval[[]string](t, b, `Array.from(document.querySelectorAll('#alerts-here [data-rule]')).map(e => e.dataset.rule)`)
+			slices.Sort(named)
+			if !slices.Equal(slices.Compact(named), fired) {
+				t.Errorf("complaint %s over the last hour names the alerts %v, want every one that fired: %v", c.ID, named, fired)
+			}
+			if c.ID == "first-word" {
+				symptom := eval[[]string](t, b, `Array.from(document.querySelectorAll('#symptom-alerts [data-rule]')).map(e => e.dataset.rule)`)
+				if !slices.Contains(symptom, "overload_queue") || !slices.Contains(symptom, "latency_p95") {
+					t.Errorf("complaint first-word names %v on its symptom, want overload_queue and latency_p95", symptom)
+				}
+				queue := eval[map[string]string](t, b, `(p => ({marks: p.dataset.alertMarks || '', badge: p.querySelector('[data-badge]').innerText,
+					note: p.querySelector('[data-baseline-note]').innerText}))(document.getElementById('panel-queue'))`)
+				if queue["marks"] != "1" || !strings.Contains(queue["badge"], "resolved") || !strings.Contains(queue["note"], "the 24h ending 1h before the window starts") {
+					t.Errorf("queue panel: %v, want one alert mark, a badge saying it fired and resolved, and its baseline stated", queue)
+				}
+				b.pngShot(t, "complaint-first-word-last-hour", "")
+				b.pngShot(t, "complaint-first-word-verdict", "#verdict")
+				b.pngShot(t, "panel-queue-alert-marks", "#panel-queue")
+				b.pngShot(t, "panel-ttft-alert-marks", "#panel-ttft")
 			}
 		}
 		if errs := b.errors(); len(errs) > 0 {
@@ -620,6 +698,80 @@ func TestConsoleClickHouseOutage(t *testing.T) {
 	// The failed panel requests (503) are the only errors the browser reports.
 	if errs := b.errors("503", "Service Unavailable"); len(errs) > 0 {
 		t.Errorf("browser errors during the outage:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestPanelBaselinesAreTheComplaintTable checks that a complaint page's panels draw the baseline
+// figures its quantities table shows: one baseline on a page, read once.
+func TestPanelBaselinesAreTheComplaintTable(t *testing.T) {
+	conn, ch := testenv.ClickHouse(t)
+	now := testclock.EvalTime(t, 0)
+	seed(t, conn, now)
+	_, srv := startConsole(t, ch, now, nil)
+	get := func(path string) []byte {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s: %s", path, resp.Status, body)
+		}
+		return body
+	}
+	q := "from=" + url.QueryEscape(now.Add(-time.Hour).Format(time.RFC3339)) + "&to=" + url.QueryEscape(now.Format(time.RFC3339))
+	page := string(get("/complaint/first-word?" + q))
+	table := map[string]string{}
+	for _, m := range regexp.MustCompile(`<tr data-key="([a-z0-9_]+)"><td>[^<]*</td><td class="[^"]*" data-baseline="([^"]*)">`).FindAllStringSubmatch(page, -1) {
+		table[m[1]] = m[2]
+	}
+	if len(table) < 20 {
+		t.Fatalf("the quantities table holds %d baselines: %v", len(table), table)
+	}
+	// Each panel's baseline line and the table's row of the same quantity.
+	lines := map[string]map[string]string{
+		"ttft":         {"baseline p95": "ttft_s_p95"},
+		"tpot":         {"baseline p95": "tpot_s_p95"},
+		"e2e":          {"baseline p95": "e2e_s_p95"},
+		"queue":        {"baseline queue wait mean": "queue_s_mean", "baseline waiting (max)": "waiting_max"},
+		"running":      {"baseline maximum": "running_max"},
+		"kv":           {"baseline maximum": "kv_cache_usage_max"},
+		"errors":       {"baseline 4xx": "share_4xx"},
+		"retrieval":    {"baseline median": "retrieval_top_score_p50"},
+		"wrong_script": {"baseline": "wrong_script_share"},
+	}
+	compared := 0
+	for panel, want := range lines {
+		var d PanelData
+		if err := json.Unmarshal(get("/api/panel/"+panel+"?"+q), &d); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(d.Baseline.Text, "the figures of the complaint pages' table") {
+			t.Errorf("panel %s states its baseline as %q", panel, d.Baseline.Text)
+		}
+		for _, l := range d.Lines {
+			key, ok := want[l.Label]
+			if !ok || l.Kind != "baseline" {
+				continue
+			}
+			for _, v := range []*float64{l.Values[0], l.Values[len(l.Values)-1]} {
+				got := ""
+				if v != nil {
+					got = strconv.FormatFloat(*v, 'g', -1, 64)
+				}
+				if got != table[key] {
+					t.Errorf("panel %s draws %s = %q, the complaint table's %s baseline is %q", panel, l.Label, got, key, table[key])
+				}
+			}
+			compared++
+		}
+	}
+	if compared != 10 {
+		t.Errorf("compared %d baseline lines, want 10", compared)
 	}
 }
 

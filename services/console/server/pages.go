@@ -24,40 +24,36 @@ import (
 	"github.com/servescope/servescope/services/console/web"
 )
 
-// Complaint is one row of docs/measurements.md (From symptom to quantity): what users say, where to look first, and which of
-// diagnose's branches and which panels answer it.
+// Complaint is one row of docs/measurements.md (From symptom to quantity) as the console shows it:
+// diagnose's complaint (what users say, its hypotheses, and, through diagnose.Bearings, the rules
+// whose alerts bear on it) with the panels that answer it.
 type Complaint struct {
-	ID, Says, LookAt, Hypothesis string
-	Branches                     []string
-	Panels                       []string
+	diagnose.Complaint
+	Panels []string
 	// SlowBy orders the slowest-requests table (a latency column), "" for none.
 	SlowBy string
 }
 
-// Complaints are the rows of docs/measurements.md (From symptom to quantity), in its order.
-var Complaints = []Complaint{
-	{"first-word", "It takes ages for the first word to appear", "Queue wait, then input tokens",
-		"Overload → limit load or add machines. Long prompt → shorten it, prefix cache",
-		[]string{diagnose.BranchQueueOverload, diagnose.BranchLongPrompt}, []string{"ttft", "queue", "phases"}, "ttft_s"},
-	{"slow-text", "The text appears slowly", "Between two tokens, running count",
-		"Batch too large",
-		[]string{diagnose.BranchGenerationContention}, []string{"tpot", "running"}, "tpot_s"},
-	{"answers-long", "Answers take long, but text appears immediately", "Output tokens, stop reason",
-		"Long answers - check max_tokens and the prompt",
-		[]string{diagnose.BranchLongOutput, diagnose.BranchGenerationContention}, []string{"e2e", "phases"}, "e2e_s"},
-	{"hangs", "It hangs when lots of people use it", "Waiting, queue wait over time",
-		"Capacity exceeded",
-		[]string{diagnose.BranchQueueOverload}, []string{"queue", "unfinished", "running"}, "queue_s"},
-	{"server-500", "The server threw 500 and then vanished", "Log: running, KV, bytes requested",
-		"Type one memory limit: read the crash page",
-		[]string{diagnose.BranchEngineCrash}, []string{"errors", "running", "kv"}, ""},
-	{"off-topic", "Off-topic answers, no errors", "Top passage retrieval score",
-		"Retrieval pipeline, index, corpus or question distribution changed or incompatible",
-		[]string{diagnose.BranchRetrieval}, []string{"retrieval"}, ""},
-	{"mixed-language", "Answers mixed with Chinese", "Characters outside the alphabet",
-		"Output content error - check the model, prompt, decoding and add a dedicated rule",
-		[]string{diagnose.BranchWrongLanguage}, []string{"wrong_script", "citations"}, ""},
-}
+// Complaints are diagnose.Complaints, in their order, with their panels.
+var Complaints = func() []Complaint {
+	panels := map[string]struct {
+		panels []string
+		slowBy string
+	}{
+		"first-word":     {[]string{"ttft", "queue", "phases"}, "ttft_s"},
+		"slow-text":      {[]string{"tpot", "running"}, "tpot_s"},
+		"answers-long":   {[]string{"e2e", "phases"}, "e2e_s"},
+		"hangs":          {[]string{"queue", "unfinished", "running"}, "queue_s"},
+		"server-500":     {[]string{"errors", "running", "kv"}, ""},
+		"off-topic":      {[]string{"retrieval"}, ""},
+		"mixed-language": {[]string{"wrong_script", "citations"}, ""},
+	}
+	out := make([]Complaint, len(diagnose.Complaints))
+	for i, c := range diagnose.Complaints {
+		out[i] = Complaint{Complaint: c, Panels: panels[c.ID].panels, SlowBy: panels[c.ID].slowBy}
+	}
+	return out
+}()
 
 // labelText writes an alert's labels as k=v, sorted, without alertname, severity and empty ones.
 func labelText(m map[string]string) string {
@@ -137,6 +133,16 @@ var funcs = template.FuncMap{
 		}
 		return v
 	},
+	"alertspan": func(a diagnose.Alert, r diagnose.Range) string { return a.Span(r) },
+	"alertname": func(a diagnose.Alert) string { return a.Name() },
+	"upper":     strings.ToUpper,
+	// raw is a figure in full ("" for none), for the page's data attributes.
+	"raw": func(v *float64) string {
+		if v == nil {
+			return ""
+		}
+		return strconv.FormatFloat(*v, 'g', -1, 64)
+	},
 	"figure": func(s requestview.Seconds) string {
 		if s.Value == nil {
 			return "-"
@@ -212,6 +218,7 @@ type pageData struct {
 	// Complaint page, and the dashboard's slowest requests.
 	Complaint *Complaint
 	Diagnosis *diagnose.Report
+	Verdict   *diagnose.Verdict
 	Focus     []diagnose.Branch
 	Others    []diagnose.Branch
 	Slow      []requestview.Slow
@@ -528,8 +535,7 @@ func (s *Server) complaintPage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.QueryTimeout)
 	defer cancel()
-	rep, err := diagnose.Run(ctx, s.conn, diagnose.Options{
-		Window: diagnose.Range{From: d.View.From, To: d.View.To}, Model: d.View.Filters["model"]})
+	rep, err := s.diagnose(ctx, d.View)
 	switch {
 	case errors.Is(err, diagnose.ErrNoData):
 		d.NoData = err.Error()
@@ -537,10 +543,14 @@ func (s *Server) complaintPage(w http.ResponseWriter, r *http.Request) {
 		s.outage(&d, "diagnose's reading", err)
 	default:
 		d.Diagnosis = &rep
+		v, err := rep.Verdict(c.ID)
+		if err != nil {
+			d.Error = err.Error()
+		} else {
+			d.Verdict, d.Focus = &v, v.Branches
+		}
 		for _, b := range rep.Branches {
-			if contains(c.Branches, b.ID) {
-				d.Focus = append(d.Focus, b)
-			} else {
+			if !contains(c.Branches, b.ID) {
 				d.Others = append(d.Others, b)
 			}
 		}
@@ -553,6 +563,18 @@ func (s *Server) complaintPage(w http.ResponseWriter, r *http.Request) {
 		d.Slow = slow
 	}
 	s.pages.render(w, "complaint", d)
+}
+
+// diagnose runs diagnose on the view's range, at the loaded rules' windows, and keeps its baseline
+// figures for the page's panels (baselines.put): the panels then draw the numbers the complaint
+// table shows.
+func (s *Server) diagnose(ctx context.Context, v View) (diagnose.Report, error) {
+	rep, err := diagnose.Run(ctx, s.conn, diagnose.Options{
+		Window: diagnose.Range{From: v.From, To: v.To}, Model: v.Filters["model"], RuleWindows: s.ruleWindows()})
+	if err == nil {
+		s.baselines.put(v, &rep)
+	}
+	return rep, err
 }
 
 func (s *Server) crashPage(w http.ResponseWriter, r *http.Request) {

@@ -11,7 +11,9 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/servescope/servescope/internal/baseline"
 	"github.com/servescope/servescope/internal/chstore"
+	"github.com/servescope/servescope/internal/diagnose"
 	"github.com/servescope/servescope/internal/panels"
 	"github.com/servescope/servescope/internal/requestview"
 	"github.com/servescope/servescope/services/detector/rules"
@@ -45,6 +47,36 @@ type PanelData struct {
 	// Points is how many non-null series values there are (0: nothing recorded in the range).
 	Points int       `json:"points"`
 	Rule   RuleState `json:"rule"`
+	// Baseline says which period the baseline lines are of and where their figures come from.
+	Baseline BaselineInfo `json:"baseline"`
+}
+
+// BaselineInfo is a panel's baseline as the page states it.
+type BaselineInfo struct {
+	// From and To are the period as read, in Unix milliseconds.
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+	// Text says it in a sentence: the period, how it was chosen, where its figures come from.
+	Text string `json:"text"`
+	// None is true when the baseline holds no records: every baseline line is "no baseline".
+	None bool `json:"none"`
+}
+
+func baselineInfo(v View, b *baselineEntry, figures bool) BaselineInfo {
+	stamp := func(t time.Time) string { return t.UTC().Format("01-02 15:04") }
+	text := "baseline " + stamp(b.read.From) + " → " + stamp(b.read.To) + " UTC: " + baseline.Default.Describe()
+	if b.source == diagnose.BaselineHourly {
+		text += " (its whole hours)"
+	}
+	switch {
+	case !b.has:
+		text += "; it holds no records: no baseline"
+	case figures:
+		text += "; the figures of the complaint pages' table (diagnose's)"
+	default:
+		text += "; read here for the app or engine filter (diagnose reads every app and engine)"
+	}
+	return BaselineInfo{From: b.read.From.UnixMilli(), To: b.read.To.UnixMilli(), Text: text, None: !b.has}
 }
 
 // point is one value of one line at one time.
@@ -326,11 +358,40 @@ func requestsOf(a *AlertRow, q template.URL) []reqLink {
 }
 
 // RuleState is the state of the rules watching a panel at the range's end: firing when one of
-// their alerts fires, else pending, else ok; "none" when no rule watches the panel.
+// their alerts fires, else pending, else ok; "none" when no rule watches the panel. InRange are
+// their alerts that fired at some time in the range, drawn as marks and named by the badge.
 type RuleState struct {
-	Rules  []string   `json:"rules"`
-	State  string     `json:"state"`
-	Alerts []AlertRow `json:"alerts"`
+	Rules   []string         `json:"rules"`
+	State   string           `json:"state"`
+	Alerts  []AlertRow       `json:"alerts"`
+	InRange []diagnose.Alert `json:"in_range"`
+}
+
+// firedOn keeps the alerts of the panel's rules (its own rule's under its rule_labels) that match
+// the filters.
+func firedOn(p *panels.Panel, fired []diagnose.Alert, filters map[string]string) []diagnose.Alert {
+	out := []diagnose.Alert{}
+	rules := append([]string{p.Rule}, p.AlsoRules...)
+	for _, a := range fired {
+		if !contains(rules, a.Rule) || (a.Rule == p.Rule && !labelsMatch(a.Labels, p.RuleLabels)) || !filtersMatch(a.Labels, filters) {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// filtersMatch reports whether an alert's labels agree with the view's filters (a label the alert
+// lacks, or an empty filter, agrees).
+func filtersMatch(labels, filters map[string]string) bool {
+	for k, v := range filters {
+		// A label "all" (the label contract's value for an alert not about one model, app or
+		// engine) matches every filter, as a missing label does.
+		if lv, ok := labels[k]; ok && v != "" && lv != "" && lv != rules.ScopeAll && lv != v {
+			return false
+		}
+	}
+	return true
 }
 
 // latestAlerts reads every alert's latest row at or before at, of the given rules (all when
@@ -394,7 +455,7 @@ func scanAlerts(ctx context.Context, conn driver.Conn, q string) ([]AlertRow, er
 // ruleState picks, among the latest alerts, those of the panel's rules whose labels match the
 // panel's rule_labels and the filters, and names the worst state.
 func ruleState(p *panels.Panel, latest []AlertRow, filters map[string]string) RuleState {
-	st := RuleState{Rules: []string{}, Alerts: []AlertRow{}, State: "none"}
+	st := RuleState{Rules: []string{}, Alerts: []AlertRow{}, State: "none", InRange: []diagnose.Alert{}}
 	if p.Rule == "" {
 		return st
 	}
@@ -408,15 +469,7 @@ func ruleState(p *panels.Panel, latest []AlertRow, filters map[string]string) Ru
 		if a.Rule == p.Rule && !labelsMatch(a.Labels, p.RuleLabels) {
 			continue
 		}
-		match := true
-		for k, v := range filters {
-			// A label "all" (the label contract's value for an alert not about one model, app
-			// or engine) matches every filter, as a missing label does.
-			if lv, ok := a.Labels[k]; ok && v != "" && lv != "" && lv != rules.ScopeAll && lv != v {
-				match = false
-			}
-		}
-		if !match {
+		if !filtersMatch(a.Labels, filters) {
 			continue
 		}
 		st.Alerts = append(st.Alerts, a)

@@ -33,7 +33,9 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	consolepanels "github.com/servescope/servescope/deploy/console"
+	"github.com/servescope/servescope/internal/baseline"
 	"github.com/servescope/servescope/internal/chstore"
+	"github.com/servescope/servescope/internal/diagnose"
 	"github.com/servescope/servescope/internal/panels"
 	"github.com/servescope/servescope/services/console/web"
 	"github.com/servescope/servescope/services/detector/rules"
@@ -55,6 +57,17 @@ type Server struct {
 	logins  *sessions
 	// resolutions keeps the evaluations of resolved alerts (the alerts page).
 	resolutions resolutionCache
+	// baselines keeps diagnose's baseline of the views drawn lately, for the panels' {{figure}}s.
+	baselines baselines
+}
+
+// ruleWindows maps each loaded rule to its window: the resolution of diagnose's verdicts.
+func (s *Server) ruleWindows() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, d := range s.rules {
+		out[d.Name] = d.Window.D()
+	}
+	return out
 }
 
 // New builds the console on cfg. It opens the ClickHouse client without waiting for the server:
@@ -517,17 +530,41 @@ func (s *Server) apiPanel(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.QueryTimeout)
 	defer cancel()
-	data, err := readPanel(ctx, s.conn, p, v.request())
+	req := v.request()
+	// The panel's baseline is the range's (internal/baseline), as diagnose read it; its figures
+	// are diagnose's, unless an app or engine filter narrows the panel beyond diagnose's reading.
+	b := s.baselines.get(ctx, s.conn, v)
+	if b.err != nil {
+		s.apiError(w, "the baseline of panel "+p.Name, b.err)
+		return
+	}
+	req.Baseline = baseline.Default.Of(v.From, v.To)
+	req.Baseline.From, req.Baseline.To = b.read.From, b.read.To
+	figures := v.Filters["app"] == "" && v.Filters["engine"] == ""
+	if figures {
+		req.Figures = b.figures
+	}
+	data, err := readPanel(ctx, s.conn, p, req)
 	if err != nil {
 		s.apiError(w, "", err) // readPanel's errors name the panel
 		return
 	}
-	latest, err := latestAlerts(ctx, s.conn, v.To, append([]string{p.Rule}, p.AlsoRules...))
+	data.Baseline = baselineInfo(v, b, figures)
+	rules := append([]string{p.Rule}, p.AlsoRules...)
+	latest, err := latestAlerts(ctx, s.conn, v.To, rules)
 	if err != nil {
 		s.apiError(w, "rule state of panel "+p.Name, err)
 		return
 	}
 	data.Rule = ruleState(p, latest, v.Filters)
+	if p.Rule != "" {
+		fired, err := diagnose.ReadAlerts(ctx, s.conn, diagnose.Range{From: v.From, To: v.To})
+		if err != nil {
+			s.apiError(w, "alerts of panel "+p.Name, err)
+			return
+		}
+		data.Rule.InRange = firedOn(p, fired, v.Filters)
+	}
 	writeJSON(w, http.StatusOK, data)
 }
 

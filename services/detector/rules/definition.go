@@ -26,7 +26,8 @@
 // refers to parameters:
 //
 //	{{window "col"}}    col in (now - window, now]
-//	{{baseline "col"}}  col in the baseline period (a range, or the same slice of earlier days)
+//	{{baseline "col"}}  col in the baseline period (internal/baseline: by default the 24 h ending
+//	                    1 h before the window starts; or the same slice of earlier days)
 //	{{poisson_tail "k" "lambda"}}  P(X >= k) for a Poisson count X of mean lambda (two columns)
 //
 // Parameters always bound: now, window_start, baseline_start, baseline_end (DateTime64(6, 'UTC')),
@@ -53,6 +54,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/servescope/servescope/internal/baseline"
 )
 
 // Definition is one rule file: SQL plus the metadata that turns its rows into alerts.
@@ -110,11 +113,12 @@ type Definition struct {
 	lines map[string]int
 }
 
-// Baseline describes the comparison period. The default is the previous 24 h ending 1 h before the
-// evaluation time. With Days > 0 the baseline is instead the same slice of time (the window's length,
-// or Slice) on each of the previous Days days, which follows daily seasonality.
+// Baseline describes the comparison period, as internal/baseline defines it for every part of
+// servescope (docs/concepts.md, The baseline): by default the 24 h ending 1 h before the rule's
+// window starts. With Days > 0 the baseline is instead the same slice of time (the window's
+// length, or Slice) on each of the previous Days days, which follows daily seasonality.
 type Baseline struct {
-	// Length of the period (default 24h) and Offset, the gap before the evaluation time (default 1h).
+	// Length of the period (default 24h) and Offset, the gap before the window's start (default 1h).
 	Length Duration `yaml:"length"`
 	Offset Duration `yaml:"offset"`
 	// Days and Slice select the same-time-of-day mode.
@@ -141,6 +145,16 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 
 // D returns the value as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Spec is the baseline as internal/baseline defines it.
+func (b Baseline) Spec() baseline.Spec {
+	return baseline.Spec{Length: b.Length.D(), Offset: b.Offset.D(), Days: b.Days, Slice: b.Slice.D()}
+}
+
+// Period is the baseline of the rule's window ending at the evaluation time ts.
+func (d *Definition) Period(ts time.Time) baseline.Period {
+	return d.Baseline.Spec().Of(ts.Add(-d.Window.D()), ts)
+}
 
 // MarshalYAML writes the duration as UnmarshalYAML reads it ("30s", "1h0m0s").
 func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
@@ -380,10 +394,10 @@ func (d *Definition) validate() error {
 		}
 	}
 	if d.Baseline.Length == 0 {
-		d.Baseline.Length = Duration(24 * time.Hour)
+		d.Baseline.Length = Duration(baseline.Default.Length)
 	}
 	if d.Baseline.Offset == 0 {
-		d.Baseline.Offset = Duration(time.Hour)
+		d.Baseline.Offset = Duration(baseline.Default.Offset)
 	}
 	if d.Baseline.Slice == 0 {
 		d.Baseline.Slice = d.Window

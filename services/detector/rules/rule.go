@@ -89,16 +89,11 @@ func (r *SQLRule) Params(ts time.Time) clickhouse.Parameters {
 		"window_s":         strconv.FormatInt(int64(d.Window.D()/time.Second), 10),
 		"baseline_slice_s": strconv.FormatInt(int64(d.Baseline.Slice.D()/time.Second), 10),
 	}
-	if d.Baseline.Days > 0 {
-		p["baseline_start"] = chTime(ts.Add(-time.Duration(d.Baseline.Days)*24*time.Hour - d.Baseline.Slice.D()))
-		p["baseline_end"] = chTime(ts.Add(-24 * time.Hour))
-		p["baseline_s"] = strconv.FormatInt(int64(d.Baseline.Days)*int64(d.Baseline.Slice.D()/time.Second), 10)
-	} else {
-		end := ts.Add(-d.Baseline.Offset.D())
-		p["baseline_start"] = chTime(end.Add(-d.Baseline.Length.D()))
-		p["baseline_end"] = chTime(end)
-		p["baseline_s"] = strconv.FormatInt(int64(d.Baseline.Length.D()/time.Second), 10)
-	}
+	// The baseline is internal/baseline's period of the window (ts − window, ts].
+	b := d.Period(ts)
+	p["baseline_start"] = chTime(b.From)
+	p["baseline_end"] = chTime(b.To)
+	p["baseline_s"] = strconv.FormatInt(int64(b.Seconds()), 10)
 	for k, v := range d.Params {
 		p[k] = paramText(v)
 	}

@@ -62,9 +62,10 @@ func TestDefaultsAndParams(t *testing.T) {
 	}
 	ts := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	p := r.Params(ts)
+	// The baseline is the 24 h ending 1 h before the window (11:50–12:00) starts.
 	want := map[string]string{
 		"now": "2026-11-30 12:00:00.000000", "window_start": "2026-11-30 11:50:00.000000",
-		"baseline_start": "2026-11-29 11:00:00.000000", "baseline_end": "2026-11-30 11:00:00.000000",
+		"baseline_start": "2026-11-29 10:50:00.000000", "baseline_end": "2026-11-30 10:50:00.000000",
 		"baseline_s": "86400", "window_s": "600", "ratio": "2", "floor": "0.5", "on": "1", "app": "x",
 	}
 	for k, v := range want {

@@ -31,6 +31,22 @@
     return p.toString();
   }
 
+  // panelQuery is the view the panels are read for: on a complaint page the page's own range,
+  // pinned, so that the panels draw the baseline figures of the reading above them (the server
+  // keeps them for that range); elsewhere the URL's view, which a refresh moves.
+  function panelQuery() {
+    var p = new URLSearchParams(viewQuery());
+    var b = document.body.dataset;
+    if (b.page === "complaint" && b.from && b.to) {
+      p.delete("range");
+      p.set("from", b.from);
+      p.set("to", b.to);
+    }
+    return p.toString();
+  }
+
+  function hhmm(ms) { return new Date(ms).toISOString().slice(11, 19); }
+
   function filters() {
     var form = $("#filters");
     if (!form) return;
@@ -190,9 +206,11 @@
       var crash = /crash/.test(l.label);
       var color = threshold ? "#dc2626" : crash ? "#7f1d1d" : ["#6b7280", "#9ca3af"][bi++ % 2];
       var u = l.axis === "right" ? unitRight : unit;
-      series.push({ label: l.label, stroke: color, width: threshold || crash ? 1.4 : 1.8, dash: threshold ? [3, 3] : crash ? [10, 4] : [7, 5],
+      // A baseline the baseline period holds none of is "no baseline": never drawn, never 0.
+      var none = l.kind === "baseline" && !l.values.some(function (v) { return v != null; });
+      series.push({ label: l.label + (none ? " (no baseline)" : ""), stroke: color, width: threshold || crash ? 1.4 : 1.8, dash: threshold ? [3, 3] : crash ? [10, 4] : [7, 5],
         spanGaps: true, points: { show: false }, scale: l.axis === "right" ? "r" : "y",
-        value: (function (f) { return function (uu, v) { return f(v); }; })(fmt(u)) });
+        value: (function (f, none) { return function (uu, v) { return none ? "no baseline" : f(v); }; })(fmt(u), none) });
       cols.push(l.values);
     });
 
@@ -216,12 +234,57 @@
       scales.r = { range: function (u, min, max) { return [0, max > 0 ? max * 1.12 : 1]; } };
     }
     var marks = data.marks || [];
+    // The alerts of the panel's rules that fired in the range: a band from firing to resolution
+    // (or the range's end), a solid line where it fired and a dashed one where it resolved.
+    var fired = (data.rule && data.rule.in_range) || [];
     var opts = {
       width: width, height: 190, series: series, axes: axes, scales: scales,
       legend: { live: true },
       cursor: { drag: { x: true, y: false } },
       hooks: {
         draw: [function (u) {
+          if (!fired.length) return;
+          var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height, left = u.bbox.left, right = left + u.bbox.width;
+          var dpr = devicePixelRatio;
+          // label writes a mark's text on a white backing, left-aligned from x (never past the plot's right edge).
+          var label = function (text, x, y, color) {
+            var w = ctx.measureText(text).width, pad = 2 * dpr;
+            x = Math.min(x, right - w - pad);
+            ctx.fillStyle = "rgba(255, 255, 255, 0.85)";
+            ctx.fillRect(x - pad, y - 10 * dpr, w + 2 * pad, 13 * dpr);
+            ctx.fillStyle = color;
+            ctx.fillText(text, x, y);
+          };
+          ctx.save();
+          ctx.font = (10.5 * dpr) + "px system-ui, sans-serif";
+          ctx.textAlign = "left";
+          ctx.textBaseline = "alphabetic";
+          fired.forEach(function (a, i) {
+            var f = Date.parse(a.fired_at), r = a.resolved_at ? Date.parse(a.resolved_at) : null;
+            var fx = u.valToPos(f / 1000, "x", true), rx = r == null ? null : u.valToPos(r / 1000, "x", true);
+            var x0 = Math.max(left, fx), x1 = rx == null ? right : Math.min(right, rx);
+            if (x1 < left || x0 > right) return;
+            var row = (14 + 14 * (i % 3)) * dpr;
+            ctx.fillStyle = "rgba(239, 68, 68, 0.10)";
+            ctx.fillRect(x0, top, Math.max(x1 - x0, 2 * dpr), h);
+            ctx.lineWidth = 1.5 * dpr;
+            if (fx >= left) {
+              ctx.strokeStyle = "#dc2626";
+              ctx.setLineDash([]);
+              ctx.beginPath(); ctx.moveTo(fx, top); ctx.lineTo(fx, top + h); ctx.stroke();
+              label("▲ " + a.rule + " fired " + hhmm(f), fx + 3 * dpr, top + row, "#b91c1c");
+            } else {
+              label(a.rule + " firing since " + hhmm(f), left + 3 * dpr, top + row, "#b91c1c");
+            }
+            if (rx != null && rx <= right) {
+              ctx.strokeStyle = "#15803d";
+              ctx.setLineDash([4 * dpr, 3 * dpr]);
+              ctx.beginPath(); ctx.moveTo(rx, top); ctx.lineTo(rx, top + h); ctx.stroke();
+              label("resolved " + hhmm(r), rx + 3 * dpr, top + row + 14 * dpr, "#15803d");
+            }
+          });
+          ctx.restore();
+        }, function (u) {
           if (!marks.length) return;
           var ctx = u.ctx;
           ctx.save();
@@ -263,29 +326,58 @@
       chartEl.appendChild(note);
     }
     el.dataset.points = String(data.points);
+    el.dataset.alertMarks = String(fired.length);
+    var note = $("[data-baseline-note]", el);
+    if (note && data.baseline) {
+      note.textContent = data.baseline.text;
+      el.dataset.baselineFrom = String(data.baseline.from);
+      el.dataset.baselineTo = String(data.baseline.to);
+    }
     el.dataset.lines = String(lines.length);
     el.dataset.baselines = String(refLines.filter(function (l) { return l.values.some(function (v) { return v != null; }); }).length);
     el.classList.add("drawn");
   }
 
+  // badge says what the panel's rules did in the range, not only their state at its end: firing
+  // (since when), else the firings of the range and their resolutions, else ok.
   function badge(el, rule) {
     var b = $("[data-badge]", el);
     if (!b || !rule || rule.state === "none") return;
-    b.classList.remove("loading", "ok", "pending", "firing");
-    b.classList.add(rule.state);
+    var fired = rule.in_range || [];
+    var state = rule.state;
+    if (state === "ok" && fired.length) state = "fired";
+    b.classList.remove("loading", "ok", "pending", "firing", "fired");
+    b.classList.add(state);
     b.dataset.state = rule.state;
-    var names = rule.rules.join(", ");
-    b.textContent = (rule.state === "ok" ? "ok" : rule.state.toUpperCase()) + " · " + rule.rules[0];
+    b.dataset.fired = String(fired.length);
+    var span = function (a) {
+      return a.rule + " fired " + hhmm(Date.parse(a.fired_at)) + (a.resolved_at ? ", resolved " + hhmm(Date.parse(a.resolved_at)) : ", still firing");
+    };
+    var text;
+    if (rule.state === "firing" || rule.state === "pending") {
+      text = rule.state.toUpperCase() + " · " + rule.rules[0];
+      var open = fired.filter(function (a) { return !a.resolved_at; })[0];
+      if (open) text += " since " + hhmm(Date.parse(open.fired_at));
+      if (fired.length > 1) text += " (" + fired.length + " firings in range)";
+    } else if (fired.length) {
+      var last = fired[fired.length - 1];
+      text = "fired " + hhmm(Date.parse(last.fired_at)) + (last.resolved_at ? " → resolved " + hhmm(Date.parse(last.resolved_at)) : "") + " · " + last.rule;
+      if (fired.length > 1) text += " (+" + (fired.length - 1) + ")";
+    } else {
+      text = "ok · " + rule.rules[0];
+    }
+    b.textContent = text;
     var alerts = rule.alerts || [];
-    b.title = alerts.length ? alerts.map(function (a) { return a.rule + " " + a.state + ": " + a.summary; }).join("\n") : "detector rules " + names + ": nothing pending or firing";
+    var lines = fired.map(span).concat(alerts.map(function (a) { return a.rule + " " + a.state + " at the range's end: " + a.summary; }));
+    b.title = lines.length ? lines.join("\n") : "detector rules " + rule.rules.join(", ") + ": nothing fired in this range";
     var p = new URLSearchParams(viewQuery());
-    p.set("rule", alerts.length ? alerts[0].rule : rule.rules[0]);
+    p.set("rule", fired.length ? fired[0].rule : alerts.length ? alerts[0].rule : rule.rules[0]);
     b.href = "/alerts?" + p.toString();
   }
 
   function load(el) {
     var name = el.dataset.panel;
-    return fetch("/api/panel/" + encodeURIComponent(name) + "?" + viewQuery(), { credentials: "same-origin" })
+    return fetch("/api/panel/" + encodeURIComponent(name) + "?" + panelQuery(), { credentials: "same-origin" })
       .then(function (r) {
         return r.json().then(function (body) { return { status: r.status, body: body }; });
       })
