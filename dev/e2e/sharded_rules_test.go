@@ -25,6 +25,7 @@ import (
 	"github.com/servescope/servescope/dev/requestfixture"
 	"github.com/servescope/servescope/dev/synth"
 	"github.com/servescope/servescope/dev/testenv"
+	"github.com/servescope/servescope/internal/baseline"
 	"github.com/servescope/servescope/internal/chstore"
 	"github.com/servescope/servescope/internal/config"
 	"github.com/servescope/servescope/internal/diagnose"
@@ -353,7 +354,7 @@ func replayStates(t *testing.T, out string) []string {
 // --json.
 func diagnoseOutput(ctx context.Context, t *testing.T, conn driver.Conn, now, from, to time.Time) (string, string) {
 	t.Helper()
-	window, base, err := diagnose.Ranges(now, 0, from, to, 0)
+	window, base, err := diagnose.Ranges(now, 0, from, to, baseline.Spec{})
 	if err != nil {
 		t.Fatal(err)
 	}
