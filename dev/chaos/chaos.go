@@ -259,6 +259,15 @@ func (r *run) prepare(ctx context.Context) error {
 	if _, err := demo.WriteScaledRules(filepath.Join(r.dirs.State, "rules"), r.opt.RuleScale); err != nil {
 		return err
 	}
+	// The stack's detector and console read DETECTOR_SLOS_DIR and DETECTOR_ENGINES_FILE, which
+	// must exist. The SLO directory is left empty: the built-in SLO runs at its own windows, too
+	// long to burn in a chaos run.
+	if err := os.MkdirAll(filepath.Join(r.dirs.State, "slos"), 0o755); err != nil {
+		return fmt.Errorf("create the SLO directory: %w", err)
+	}
+	if err := demo.WriteEngines(filepath.Join(r.dirs.State, "engines.yaml")); err != nil {
+		return err
+	}
 	if err := r.recv.Listen(ctx, "127.0.0.1:"+strconv.Itoa(r.ports.Webhook)); err != nil {
 		return err
 	}

@@ -86,25 +86,43 @@ func TestStreamsCheckUnderLoad(t *testing.T) {
 	t.Logf("healthy cluster under traffic: %d checks, %d failed, %d events published", checks, failed, traffic.count())
 
 	// A node leading neither stream nor the durable consumer: its loss is a replica lost
-	// everywhere, nothing else.
-	leaders := map[string]bool{streamInfo(ctx, t, js, topo.Stream()).Cluster.Leader: true, streamInfo(ctx, t, js, topo.DLQStream()).Cluster.Leader: true}
-	if c, err := js.Consumer(ctx, topo.Stream(), durable); err == nil && c.CachedInfo().Cluster != nil {
-		leaders[c.CachedInfo().Cluster.Leader] = true
-	}
+	// everywhere, nothing else. The leaders may cover every node: then the dead-letter stream's
+	// leader steps down (JetStream elects another of its replicas) until a node is free.
 	var victim *testenv.NATSServer
-	for _, n := range cluster.Nodes {
-		if !leaders[n.Name()] {
-			victim = n
+	for attempt := 0; victim == nil; attempt++ {
+		dlqLeader := streamInfo(ctx, t, js, topo.DLQStream()).Cluster.Leader
+		leaders := map[string]bool{streamInfo(ctx, t, js, topo.Stream()).Cluster.Leader: true, dlqLeader: true}
+		if c, err := js.Consumer(ctx, topo.Stream(), durable); err == nil && c.CachedInfo().Cluster != nil {
+			leaders[c.CachedInfo().Cluster.Leader] = true
 		}
-	}
-	if victim == nil {
-		t.Fatalf("every node leads something (%v); the test needs one that leads nothing", leaders)
+		// Nor the node the checking connection is on: the check then waits for its reconnect,
+		// which measures the client, not the reading.
+		leaders[admin.ConnectedServerName()] = true
+		for _, n := range cluster.Nodes {
+			if !leaders[n.Name()] {
+				victim = n
+			}
+		}
+		if victim != nil {
+			break
+		}
+		if attempt == 10 {
+			t.Fatalf("every node leads something or holds the checking connection (%v) after %d step-downs of the dead-letter stream's leader", leaders, attempt)
+		}
+		if _, err := admin.Request("$JS.API.STREAM.LEADER.STEPDOWN."+topo.DLQStream(), nil, 10*time.Second); err != nil {
+			t.Fatalf("step down the leader of %s: %v", topo.DLQStream(), err)
+		}
+		for streamInfo(ctx, t, js, topo.DLQStream()).Cluster.Leader == dlqLeader {
+			wait(250 * time.Millisecond)
+		}
 	}
 	victim.Kill()
 	killed := time.Now()
 	want := "stream " + topo.Stream() + ": replica on " + victim.Name() + " unreachable"
 	for {
-		faults, err := bus.CheckCluster(ctx, js, topo, durable)
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		faults, err := bus.CheckCluster(cctx, js, topo, durable)
+		cancel()
 		named := false
 		for _, f := range faults {
 			named = named || strings.HasPrefix(f.String(), want)

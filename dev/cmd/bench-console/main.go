@@ -295,7 +295,7 @@ var fromTable = regexp.MustCompile(`(?i)\bFROM\s+([a-z_]+)`)
 func windowTable(sql string) (table, column string, err error) {
 	for _, m := range fromTable.FindAllStringSubmatch(sql, -1) {
 		switch m[1] {
-		case "request_facts_window", "request_phases_sampled":
+		case "request_facts_window", "request_phases_sampled", "slo_requests_window":
 			return "requests", "arrival_ts", nil
 		case "requests", "requests_started":
 			return m[1], "arrival_ts", nil
