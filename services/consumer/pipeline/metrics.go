@@ -31,8 +31,8 @@ type Metrics struct {
 	// AckErrors counts acks that could not be sent; those messages are redelivered and
 	// de-duplicated.
 	AckErrors prometheus.Counter
-	// ConsumeErrors counts pulls from JetStream that failed (the durable consumer gone, the
-	// connection closed); each is tried again with backoff.
+	// ConsumeErrors counts errors reported while consuming from JetStream (missed heartbeats,
+	// the durable consumer gone, consuming stopped and restarted).
 	ConsumeErrors prometheus.Counter
 }
 
@@ -83,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		ConsumeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "servescope_consumer_consume_errors_total",
-			Help: "Pulls from JetStream that failed (consumer gone, connection closed); each is tried again with backoff.",
+			Help: "Errors reported while consuming from JetStream (missed heartbeats, consumer gone); consuming recovers or is restarted with backoff.",
 		}),
 	}
 	reg.MustRegister(m.Pending, m.AckPending, m.BatchRows, m.FlushSeconds, m.InsertErrors, m.BatchSplits,

@@ -35,18 +35,17 @@
 //
 // With R = CONSUMER_BATCH_ROWS and T = CONSUMER_FLUSH_INTERVAL:
 //
-//   - messages arrive in pulls ([jetstream.Consumer.Fetch]), two in flight at a time of F/2
-//     messages each, F = min(R, 1000) (and at most max(32 MiB, the server's max_payload) of
-//     them), each waiting at most min(max(T/2, 100 ms), 1 s) on an idle stream; while one pull's
-//     messages are handed on, the next is on its way. They go to the decoders in chunks of up
-//     to 250, a chunk leaving at the latest 2 ms after its first message;
+//   - messages arrive through nats.go's [jetstream.Consumer.Consume], which keeps up to
+//     F = min(R, 1000) messages requested and buffered ahead of the decoders (PullMaxMessages,
+//     and at most max(32 MiB, the server's max_payload) of them), asking for more when half are
+//     taken;
 //   - a table's batch is sealed when it holds R rows, when its oldest row is T old, or — when
 //     all tables together hold 2R rows — the largest one at once; a sealed batch still waiting
 //     for an inserter takes the next sealed batch of its table up to R rows, so that slow
 //     inserts get larger rather than more numerous;
 //   - two inserts run at a time, so one slow insert does not hold up the next batch;
 //   - MaxAckPending = 4R + F: up to 2R rows being batched, two batches being inserted, F
-//     messages pulled or being decoded. JetStream stops delivering at that count, which caps
+//     messages buffered or being decoded. JetStream stops delivering at that count, which caps
 //     the consumer's memory: about (4R + F) × 2 KB of messages and decoded events live (≈ 80 MB
 //     at the default R = 10,000 and 400-byte events), a peak RSS of about 250 MB with the
 //     garbage collector's headroom;
@@ -74,16 +73,14 @@
 //   - A dead letter larger than the server's max_payload with its headers (a payload near the
 //     limit): the reason header is shortened, then the payload cut, with its full length in
 //     bus.HeaderDLQPayloadTruncated; ingest_errors keeps the whole payload.
-//   - NATS down: nats.go reconnects (the caller connects with unlimited reconnects) and no pull
-//     is sent until it is back (a pull buffered meanwhile would reach the server after its
-//     listener gave up, and its messages would wait for AckWait); acks sent meanwhile are
-//     buffered by nats.go and an ack that is lost only causes a redelivery, which the storage
-//     de-duplicates. A failed pull (the durable consumer deleted) is counted, logged and tried
-//     again with backoff.
-//   - Shutdown (the context ends): no pull is sent any more, the pulls in flight end (within
-//     their wait) and their messages are taken, everything taken is inserted and acknowledged,
-//     waiting at most Settings.ShutdownTimeout for ClickHouse; what is left then stays
-//     unacknowledged for redelivery.
+//   - NATS down: nats.go reconnects (the caller connects with unlimited reconnects) and Consume
+//     asks for messages again; acks sent meanwhile are buffered by nats.go and an ack that is
+//     lost only causes a redelivery, which the storage de-duplicates. Should consuming stop by
+//     itself (the durable consumer deleted), it is started again with backoff.
+//   - Shutdown (the context ends): the consumption is drained (messages already delivered to the
+//     client are taken), everything taken is inserted and acknowledged, waiting at most
+//     Settings.ShutdownTimeout for ClickHouse; what is left then stays unacknowledged for
+//     redelivery.
 //
 // # When ClickHouse does not accept an insert
 //
@@ -150,7 +147,7 @@ type Settings struct {
 	Decoders int
 	// ShutdownTimeout bounds the final inserts after the context ends; 0 means 30 s.
 	ShutdownTimeout time.Duration
-	// RetryMin and RetryMax bound the backoff between failed inserts or pulls (the
+	// RetryMin and RetryMax bound the backoff between failed inserts or attempts to consume (the
 	// nominal wait doubles from RetryMin to RetryMax; each wait is drawn from its upper half, as
 	// package retry does); 0 means 100 ms and 5 s.
 	RetryMin, RetryMax time.Duration
@@ -159,15 +156,9 @@ type Settings struct {
 // retry is the policy of the pipeline's retries.
 func (s Settings) retry() retry.Policy { return retry.Policy{Min: s.RetryMin, Max: s.RetryMax} }
 
-// PullMessages is the number of messages requested ahead of the decoders at a time, over the
-// pulls in flight: min(BatchRows, 1000).
+// PullMessages is the number of messages nats.go keeps requested and buffered ahead of the
+// decoders: min(BatchRows, 1000).
 func (s Settings) PullMessages() int { return min(s.BatchRows, 1000) }
-
-// fetchWait bounds one pull: min(max(FlushInterval/2, 100 ms), 1 s). An idle stream is asked
-// again after it, and a shutdown waits at most about this long for the pulls in flight.
-func (s Settings) fetchWait() time.Duration {
-	return min(max(s.FlushInterval/2, 100*time.Millisecond), time.Second)
-}
 
 // MaxAckPending is 4 × BatchRows + PullMessages (see the package documentation): the durable
 // consumer's max_ack_pending that the setup step gives it (bus.DurableFor).
