@@ -53,7 +53,7 @@ func QualifyViews(ctx context.Context, conn driver.Conn, database string) ([]str
 		return nil, fmt.Errorf("read the views of %s: %w", database, err)
 	}
 	type view struct{ name, query string }
-	var todo []view
+	var stale []view
 	for rows.Next() {
 		var name, create string
 		if err := rows.Scan(&name, &create); err != nil {
@@ -61,7 +61,7 @@ func QualifyViews(ctx context.Context, conn driver.Conn, database string) ([]str
 			return nil, fmt.Errorf("read the views of %s: %w", database, err)
 		}
 		if q, ok := qualifiedQuery(create, database); ok {
-			todo = append(todo, view{name, q})
+			stale = append(stale, view{name, q})
 		}
 	}
 	rows.Close()
@@ -69,7 +69,7 @@ func QualifyViews(ctx context.Context, conn driver.Conn, database string) ([]str
 		return nil, fmt.Errorf("read the views of %s: %w", database, err)
 	}
 	var done []string
-	for _, v := range todo {
+	for _, v := range stale {
 		if err := conn.Exec(ctx, v.query); err != nil {
 			return done, fmt.Errorf("recreate view %s.%s with its calls qualified: %w", database, v.name, err)
 		}
